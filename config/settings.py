@@ -1,0 +1,200 @@
+"""Boxyard's settings: one module, driven by the environment.
+
+Every value has a safe local default so that `bin/run` works on a fresh machine with
+nothing configured (SQLite, an in-memory channel layer, the local Docker Engine).
+Production deployments set the variables listed in the README.
+"""
+
+import secrets
+from pathlib import Path
+
+import dj_database_url
+
+from config.env import env_bool, env_float, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATA_DIR = Path(env_str("BOXYARD_DATA_DIR", str(BASE_DIR / "var"))).resolve()
+DATA_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def _secret_key() -> str:
+    """The configured key, or one generated once and kept in the data directory."""
+    if key := env_str("BOXYARD_SECRET_KEY", ""):
+        return key
+    path = DATA_DIR / "secret_key"
+    if not path.exists():
+        path.touch(mode=0o600)
+        path.write_text(secrets.token_urlsafe(50))
+    return path.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+DEBUG = env_bool("BOXYARD_DEBUG", False)
+ALLOWED_HOSTS = env_list("BOXYARD_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("BOXYARD_CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "django_htmx",
+    "pipelines",
+    "sandboxes",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.locale.LocaleMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+ASGI_APPLICATION = "config.asgi.application"
+WSGI_APPLICATION = "config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database -----------------------------------------------------------------------------
+# SQLite by default. Every transaction starts IMMEDIATE so that a read-then-write (the lease
+# check, the get-or-create of a sandbox) is serialized instead of failing with "database is
+# locked" when it upgrades; WAL lets readers go on meanwhile.
+DATABASES = {
+    "default": dj_database_url.parse(
+        env_str("DATABASE_URL", f"sqlite:///{DATA_DIR / 'boxyard.sqlite3'}"),
+        conn_max_age=env_int("BOXYARD_DB_CONN_MAX_AGE", 0, minimum=0),
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"]["OPTIONS"] = {
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 30,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+    DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test.sqlite3")}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+# --- Languages: the eight the dashboard and the scope presets ship in ----------------------
+LANGUAGE_CODE = "en"
+LANGUAGES = [
+    ("en", "English"),
+    ("zh-hans", "简体中文"),
+    ("zh-hant", "繁體中文"),
+    ("ja", "日本語"),
+    ("ko", "한국어"),
+    ("es", "Español"),
+    ("fr", "Français"),
+    ("ru", "Русский"),
+]
+LOCALE_PATHS = [BASE_DIR / "locale"]
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = DATA_DIR / "static"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = DEBUG
+
+LOGIN_URL = "admin:login"
+
+# --- Channels and Celery (embedded defaults; Redis arrives with the distributed mode) --------
+CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "memory://")
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+
+# --- HTTPS and cookies: production sets BOXYARD_HTTPS=true behind TLS -----------------------
+HTTPS = env_bool("BOXYARD_HTTPS", False)
+SESSION_COOKIE_SECURE = HTTPS
+CSRF_COOKIE_SECURE = HTTPS
+SECURE_SSL_REDIRECT = HTTPS and env_bool("BOXYARD_SSL_REDIRECT", True)
+SECURE_HSTS_SECONDS = env_int("BOXYARD_HSTS_SECONDS", 31_536_000 if HTTPS else 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = HTTPS
+SECURE_HSTS_PRELOAD = env_bool("BOXYARD_HSTS_PRELOAD", False)
+SECURE_PROXY_SSL_HEADER = (
+    ("HTTP_X_FORWARDED_PROTO", "https") if env_bool("BOXYARD_BEHIND_PROXY", False) else None
+)
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+X_FRAME_OPTIONS = "DENY"
+SILENCED_SYSTEM_CHECKS = [] if env_bool("BOXYARD_HSTS_PRELOAD", False) else ["security.W021"]
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("BOXYARD_LOG_LEVEL", "INFO")},
+}
+
+# --- Sandboxes ------------------------------------------------------------------------------
+# Images Boxyard builds itself (see `manage.py build_images`); the tag changes with the recipe.
+BOXYARD_DEFAULT_IMAGE = env_str("BOXYARD_DEFAULT_IMAGE", "boxyard/default:1")
+BOXYARD_TEST_IMAGE = env_str("BOXYARD_TEST_IMAGE", "boxyard/busybox:1")
+# Images a pipeline may name: exact references or shell-style patterns (`python:3.*`).
+BOXYARD_IMAGE_ALLOWLIST = env_list(
+    "BOXYARD_IMAGE_ALLOWLIST", [BOXYARD_DEFAULT_IMAGE, BOXYARD_TEST_IMAGE]
+)
+BOXYARD_DOCKER_HOST = env_str("BOXYARD_DOCKER_HOST", env_str("DOCKER_HOST", ""))
+# Labels every container and volume carries; separates installs sharing one engine.
+BOXYARD_DEPLOYMENT = env_str("BOXYARD_DEPLOYMENT", "default")
+# The non-root user sandboxes run as (uid:gid).
+BOXYARD_SANDBOX_USER = env_str("BOXYARD_SANDBOX_USER", "10001:10001")
+# Host directories that skills may be mounted from.
+BOXYARD_SKILL_ROOTS = env_list("BOXYARD_SKILL_ROOTS", [str(DATA_DIR / "skills")])
+
+# Operator maximums: a pipeline may loosen its profile up to these and no further.
+BOXYARD_MAX_CPUS = env_float("BOXYARD_MAX_CPUS", 4.0, minimum=0.01)
+BOXYARD_MAX_MEMORY_MB = env_int("BOXYARD_MAX_MEMORY_MB", 8192, minimum=16)
+BOXYARD_MAX_PIDS = env_int("BOXYARD_MAX_PIDS", 1024, minimum=8)
+BOXYARD_MAX_WORKSPACE_MB = env_int("BOXYARD_MAX_WORKSPACE_MB", 20480, minimum=1)
+BOXYARD_MAX_TMP_MB = env_int("BOXYARD_MAX_TMP_MB", 2048, minimum=1)
+BOXYARD_MAX_EXEC_TIMEOUT = env_int("BOXYARD_MAX_EXEC_TIMEOUT", 900, minimum=1)
+BOXYARD_MAX_OUTPUT_BYTES = env_int("BOXYARD_MAX_OUTPUT_BYTES", 4 * 1024 * 1024, minimum=1024)
+BOXYARD_MAX_LIVE_SANDBOXES = env_int("BOXYARD_MAX_LIVE_SANDBOXES", 200, minimum=1)
+BOXYARD_MAX_TTL_SECONDS = env_int("BOXYARD_MAX_TTL_SECONDS", 7 * 24 * 3600, minimum=60)
+BOXYARD_ALLOW_NETWORK = env_bool("BOXYARD_ALLOW_NETWORK", False)
+# Default cap on what one exec returns per stream.
+BOXYARD_EXEC_OUTPUT_BYTES = env_int("BOXYARD_EXEC_OUTPUT_BYTES", 256 * 1024, minimum=1024)
+# Default cap on what one file read returns.
+BOXYARD_FILE_READ_BYTES = env_int("BOXYARD_FILE_READ_BYTES", 256 * 1024, minimum=1)

@@ -1,0 +1,285 @@
+import hashlib
+import re
+import secrets
+from fnmatch import fnmatchcase
+from pathlib import Path
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator, RegexValidator
+from django.db import models
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from pipelines import scope
+
+DEFAULT_SCOPE = "{launcher_type}_{launcher_id}"
+
+DEFAULT_SYSTEM_PROMPT = """\
+You have a persistent Linux sandbox for running code. Its working directory is /workspace.
+Files you write under /workspace stay there between your tool calls and between messages of
+this conversation; anything outside /workspace (and /tmp) is read-only or temporary.
+Skills provided by this bot are under /workspace/.skills/<name>/ - read their README files
+before using them. The sandbox has no network access unless stated otherwise. Commands run
+as a non-root user; each call has a time limit, and long output is truncated."""
+
+
+def image_allowed(image: str) -> bool:
+    return any(fnmatchcase(image, pattern) for pattern in settings.BOXYARD_IMAGE_ALLOWLIST)
+
+
+class SessionTemplate(models.Model):
+    """A scope preset admins pick from, with its label and description in eight languages."""
+
+    slug = models.SlugField(unique=True)
+    template = models.CharField(max_length=scope.MAX_TEMPLATE_LENGTH, validators=[scope.validate])
+    labels = models.JSONField(default=dict, help_text="language code → label")
+    descriptions = models.JSONField(default=dict, help_text="language code → description")
+    is_default = models.BooleanField(default=False)
+    position = models.PositiveSmallIntegerField(default=0)
+
+    class Meta:
+        ordering = ["position", "slug"]
+
+    def __str__(self) -> str:
+        return f"{self.label()} ({self.template})"
+
+    def _translated(self, texts: dict[str, str], language: str | None) -> str:
+        language = (language or "en").lower()
+        return texts.get(language) or texts.get(language.split("-")[0]) or texts.get("en", "")
+
+    def label(self, language: str | None = None) -> str:
+        return self._translated(self.labels, language)
+
+    def description(self, language: str | None = None) -> str:
+        return self._translated(self.descriptions, language)
+
+    def clean(self) -> None:
+        try:
+            scope.validate(self.template)
+        except scope.TemplateError as error:
+            raise ValidationError({"template": str(error)}) from None
+
+
+class Retention(models.TextChoices):
+    TEMPORARY = "temporary", _("Temporary: destroyed when reaped")
+    PERSISTENT = "persistent", _("Persistent: stopped when reaped, workspace kept")
+
+
+def _validate_template(value: str) -> None:
+    try:
+        scope.validate(value)
+    except scope.TemplateError as error:
+        raise ValidationError(str(error)) from None
+
+
+class Pipeline(models.Model):
+    """A bot or agent workflow: its sandbox scope, sandbox profile, skills and tokens."""
+
+    slug = models.SlugField(unique=True, max_length=50)
+    name = models.CharField(max_length=200, blank=True)
+    description = models.TextField(blank=True)
+    scope_template = models.CharField(
+        max_length=scope.MAX_TEMPLATE_LENGTH,
+        default=DEFAULT_SCOPE,
+        validators=[_validate_template],
+        help_text="Which chat variables decide who shares a sandbox.",
+    )
+
+    # The sandbox profile. Defaults are the hardened ones; an operator maximum caps each.
+    image = models.CharField(max_length=300, blank=True, help_text="Empty: the default image.")
+    cpus = models.FloatField(default=1.0, validators=[MinValueValidator(0.01)])
+    memory_mb = models.PositiveIntegerField(default=1024, validators=[MinValueValidator(16)])
+    pids_limit = models.PositiveIntegerField(default=256, validators=[MinValueValidator(8)])
+    workspace_mb = models.PositiveIntegerField(default=2048, validators=[MinValueValidator(1)])
+    tmp_mb = models.PositiveIntegerField(default=256, validators=[MinValueValidator(1)])
+    network_enabled = models.BooleanField(default=False)
+    idle_timeout_seconds = models.PositiveIntegerField(default=1800)
+    ttl_seconds = models.PositiveIntegerField(default=24 * 3600)
+    lease_timeout_seconds = models.PositiveIntegerField(
+        default=600, validators=[MinValueValidator(5)]
+    )
+    retention = models.CharField(
+        max_length=20, choices=Retention.choices, default=Retention.TEMPORARY
+    )
+    max_live_sandboxes = models.PositiveIntegerField(default=50, validators=[MinValueValidator(1)])
+    exec_timeout_seconds = models.PositiveIntegerField(
+        default=60, validators=[MinValueValidator(1)], help_text="Default per exec."
+    )
+    output_limit_bytes = models.PositiveIntegerField(
+        default=256 * 1024,
+        validators=[MinValueValidator(1024)],
+        help_text="What one exec returns per stream; more is cut and flagged truncated.",
+    )
+    env = models.JSONField(default=dict, blank=True, help_text="Environment for every exec.")
+    system_prompt = models.TextField(default=DEFAULT_SYSTEM_PROMPT, blank=True)
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+    @property
+    def effective_image(self) -> str:
+        return self.image or settings.BOXYARD_DEFAULT_IMAGE
+
+    def clean(self) -> None:
+        errors: dict[str, str] = {}
+        if not image_allowed(self.effective_image):
+            errors["image"] = (
+                f"{self.effective_image!r} is not on the operator's image allowlist "
+                f"({', '.join(settings.BOXYARD_IMAGE_ALLOWLIST)})"
+            )
+        limits = [
+            ("cpus", self.cpus, settings.BOXYARD_MAX_CPUS, "BOXYARD_MAX_CPUS"),
+            ("memory_mb", self.memory_mb, settings.BOXYARD_MAX_MEMORY_MB, "BOXYARD_MAX_MEMORY_MB"),
+            ("pids_limit", self.pids_limit, settings.BOXYARD_MAX_PIDS, "BOXYARD_MAX_PIDS"),
+            (
+                "workspace_mb",
+                self.workspace_mb,
+                settings.BOXYARD_MAX_WORKSPACE_MB,
+                "BOXYARD_MAX_WORKSPACE_MB",
+            ),
+            ("tmp_mb", self.tmp_mb, settings.BOXYARD_MAX_TMP_MB, "BOXYARD_MAX_TMP_MB"),
+            (
+                "exec_timeout_seconds",
+                self.exec_timeout_seconds,
+                settings.BOXYARD_MAX_EXEC_TIMEOUT,
+                "BOXYARD_MAX_EXEC_TIMEOUT",
+            ),
+            (
+                "output_limit_bytes",
+                self.output_limit_bytes,
+                settings.BOXYARD_MAX_OUTPUT_BYTES,
+                "BOXYARD_MAX_OUTPUT_BYTES",
+            ),
+            (
+                "max_live_sandboxes",
+                self.max_live_sandboxes,
+                settings.BOXYARD_MAX_LIVE_SANDBOXES,
+                "BOXYARD_MAX_LIVE_SANDBOXES",
+            ),
+            ("ttl_seconds", self.ttl_seconds, settings.BOXYARD_MAX_TTL_SECONDS, "BOXYARD_MAX_TTL_SECONDS"),
+        ]
+        for field, value, maximum, setting in limits:
+            if value is not None and value > maximum:
+                errors[field] = f"{value} is above the operator maximum {maximum} ({setting})"
+        if self.network_enabled and not settings.BOXYARD_ALLOW_NETWORK:
+            errors["network_enabled"] = (
+                "the operator does not allow sandbox networking (BOXYARD_ALLOW_NETWORK)"
+            )
+        if not isinstance(self.env, dict) or not all(
+            isinstance(k, str) and _ENV_NAME.fullmatch(k) and isinstance(v, str)
+            for k, v in (self.env or {}).items()
+        ):
+            errors["env"] = "must map variable names (letters, digits, _) to string values"
+        if errors:
+            raise ValidationError(errors)
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class SkillMode(models.TextChoices):
+    READ_ONLY = "ro", _("Read-only")
+    READ_WRITE = "rw", _("Read-write")
+
+
+class Skill(models.Model):
+    """A host directory mounted into every sandbox of a pipeline at /workspace/.skills/{name}/."""
+
+    pipeline = models.ForeignKey(Pipeline, on_delete=models.CASCADE, related_name="skills")
+    name = models.CharField(
+        max_length=64,
+        validators=[
+            RegexValidator(
+                r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+                "letters, digits, '_', '.', '-', starting with a letter or digit",
+            )
+        ],
+    )
+    host_path = models.CharField(max_length=500)
+    mode = models.CharField(max_length=2, choices=SkillMode.choices, default=SkillMode.READ_ONLY)
+    description = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["pipeline", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["pipeline", "name"], name="unique_skill_per_pipeline")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.pipeline}/{self.name}"
+
+    @property
+    def mount_path(self) -> str:
+        return f"/workspace/.skills/{self.name}"
+
+    def clean(self) -> None:
+        path = Path(self.host_path)
+        if not path.is_absolute():
+            raise ValidationError({"host_path": "must be an absolute path"})
+        resolved = path.resolve()
+        roots = [Path(root).resolve() for root in settings.BOXYARD_SKILL_ROOTS]
+        if not any(resolved == root or root in resolved.parents for root in roots):
+            raise ValidationError(
+                {
+                    "host_path": f"{resolved} is outside the skill roots the operator allows "
+                    f"({', '.join(map(str, roots))}; BOXYARD_SKILL_ROOTS)"
+                }
+            )
+        if not resolved.is_dir():
+            raise ValidationError({"host_path": f"{resolved} is not a directory"})
+
+
+TOKEN_PREFIX = "byd_"
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class PipelineTokenQuerySet(models.QuerySet["PipelineToken"]):
+    def active(self) -> "PipelineTokenQuerySet":
+        return self.filter(revoked_at__isnull=True)
+
+
+class PipelineToken(models.Model):
+    """An API token for one pipeline. Only its SHA-256 is stored; the token is shown once."""
+
+    pipeline = models.ForeignKey(Pipeline, on_delete=models.CASCADE, related_name="tokens")
+    name = models.CharField(max_length=100, blank=True)
+    prefix = models.CharField(max_length=16, help_text="The first characters, to recognise it.")
+    digest = models.CharField(max_length=64, unique=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = PipelineTokenQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.pipeline} {self.prefix}… ({self.name or 'token'})"
+
+    @classmethod
+    def issue(cls, pipeline: Pipeline, name: str = "") -> tuple["PipelineToken", str]:
+        """Create a token; returns the row and the plaintext, which is never stored."""
+        plaintext = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        row = cls.objects.create(
+            pipeline=pipeline,
+            name=name,
+            prefix=plaintext[: len(TOKEN_PREFIX) + 6],
+            digest=hash_token(plaintext),
+        )
+        return row, plaintext
+
+    def revoke(self) -> None:
+        if self.revoked_at is None:
+            self.revoked_at = timezone.now()
+            self.save(update_fields=["revoked_at"])

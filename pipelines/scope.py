@@ -1,0 +1,169 @@
+"""Sandbox scope templates: which chat variables decide who shares a sandbox.
+
+A template is literal text with placeholders. `{launcher_type}_{launcher_id}` gives one
+sandbox per chat; `{user_id}:{task_id|conversation_id|uuid}` takes the first variable of
+the chain that the request carries, and `uuid` (only last in a chain) makes a fresh key.
+
+Resolution never invents a value: a missing variable is an error naming it, because a
+silent placeholder such as "unknown" would put strangers in one sandbox.
+"""
+
+import re
+import uuid
+from dataclasses import dataclass
+
+from boxyard.errors import InvalidInput
+
+VARIABLES: tuple[str, ...] = (
+    "launcher_type",
+    "launcher_id",
+    "sender_id",
+    "conversation_id",
+    "query_id",
+    "user_id",
+    "task_id",
+    "workflow_run_id",
+    "session_key",
+)
+GENERATED = "uuid"
+MAX_TEMPLATE_LENGTH = 200
+MAX_VALUE_LENGTH = 200
+MAX_KEY_LENGTH = 512
+
+_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+
+
+class TemplateError(ValueError):
+    """A template that cannot be saved; the message names the problem."""
+
+
+@dataclass(frozen=True)
+class _Literal:
+    text: str
+
+
+@dataclass(frozen=True)
+class _Chain:
+    names: tuple[str, ...]  # first present wins; may end with GENERATED
+
+
+def parse(template: str) -> tuple[_Literal | _Chain, ...]:
+    """Split a template into literals and placeholder chains, or raise TemplateError."""
+    if not template or not template.strip():
+        raise TemplateError("the template is empty")
+    if len(template) > MAX_TEMPLATE_LENGTH:
+        raise TemplateError(f"the template is longer than {MAX_TEMPLATE_LENGTH} characters")
+    parts: list[_Literal | _Chain] = []
+    position = 0
+    for match in _PLACEHOLDER.finditer(template):
+        _literal(template[position : match.start()], parts)
+        parts.append(_chain(match.group(1)))
+        position = match.end()
+    _literal(template[position:], parts)
+    if not any(isinstance(part, _Chain) for part in parts):
+        raise TemplateError(
+            "the template names no variable, so every chat would share one sandbox; "
+            "use at least one of " + ", ".join("{%s}" % name for name in VARIABLES)
+        )
+    return tuple(parts)
+
+
+def _literal(text: str, parts: list[_Literal | _Chain]) -> None:
+    if "{" in text or "}" in text:
+        raise TemplateError(f"unbalanced brace in {text!r}")
+    if text:
+        parts.append(_Literal(text))
+
+
+def _chain(body: str) -> _Chain:
+    names = tuple(name.strip() for name in body.split("|"))
+    if not all(names):
+        raise TemplateError(f"empty variable name in {{{body}}}")
+    for index, name in enumerate(names):
+        if name == GENERATED:
+            if index != len(names) - 1:
+                raise TemplateError(f"'{GENERATED}' must come last in {{{body}}}")
+        elif name not in VARIABLES:
+            raise TemplateError(
+                f"unknown variable '{name}'; known variables are "
+                + ", ".join(VARIABLES)
+                + f" and '{GENERATED}' at the end of a chain"
+            )
+    if len(set(names)) != len(names):
+        raise TemplateError(f"a variable repeats in {{{body}}}")
+    return _Chain(names)
+
+
+def validate(template: str) -> None:
+    parse(template)
+
+
+def variables_used(template: str) -> set[str]:
+    return {
+        name
+        for part in parse(template)
+        if isinstance(part, _Chain)
+        for name in part.names
+        if name != GENERATED
+    }
+
+
+def clean_variables(variables: object) -> dict[str, str]:
+    """Check the variables a caller sent; keep the known ones as strings.
+
+    Unknown names are ignored (bots send what they have), but a known name with a value
+    that is not a string or an integer is refused rather than guessed at.
+    """
+    if variables is None:
+        return {}
+    if not isinstance(variables, dict):
+        raise InvalidInput("variables", "must be an object of variable name to value")
+    cleaned: dict[str, str] = {}
+    for name in VARIABLES:
+        value = variables.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            raise InvalidInput(f"variables.{name}", "must be a string or an integer")
+        text = str(value)
+        if len(text) > MAX_VALUE_LENGTH:
+            raise InvalidInput(
+                f"variables.{name}", f"is longer than {MAX_VALUE_LENGTH} characters"
+            )
+        if text.strip() and not any(ch in text for ch in "\x00\r\n"):
+            cleaned[name] = text
+        elif text.strip():
+            raise InvalidInput(f"variables.{name}", "must not contain NUL or line breaks")
+    return cleaned
+
+
+def resolve(template: str, variables: object) -> str:
+    """The scope key for these variables, or InvalidInput naming the missing variable."""
+    try:
+        parts = parse(template)
+    except TemplateError as error:
+        raise InvalidInput("scope_template", str(error)) from None
+    values = clean_variables(variables)
+    pieces: list[str] = []
+    for part in parts:
+        if isinstance(part, _Literal):
+            pieces.append(part.text)
+            continue
+        for name in part.names:
+            if name == GENERATED:
+                pieces.append(uuid.uuid4().hex)
+                break
+            if name in values:
+                pieces.append(values[name])
+                break
+        else:
+            wanted = " or ".join(part.names)
+            raise InvalidInput(
+                f"variables.{part.names[0]}",
+                f"the pipeline's sandbox scope needs {wanted}, and the request has none",
+                missing=list(part.names),
+            )
+    key = "".join(pieces)
+    if len(key) > MAX_KEY_LENGTH:
+        raise InvalidInput("variables", f"the scope key would be longer than {MAX_KEY_LENGTH}")
+    return key

@@ -1,0 +1,201 @@
+import uuid
+from typing import Any
+
+from django.db import models
+from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
+
+from pipelines.models import Pipeline, Retention
+
+
+class State(models.TextChoices):
+    CREATING = "creating", _("Creating")
+    RUNNING = "running", _("Running")
+    ERROR = "error", _("Error")
+    STOPPING = "stopping", _("Stopping")
+    STOPPED = "stopped", _("Stopped")
+    UNKNOWN = "unknown", _("Unknown")
+    DESTROYED = "destroyed", _("Destroyed")
+
+
+class StopReason(models.TextChoices):
+    IDLE = "idle", _("Idle timeout")
+    TTL = "ttl", _("Time to live reached")
+    CLOSED = "closed", _("Closed by its holder")
+    ADMIN = "admin", _("Stopped by an admin")
+    ERROR = "error", _("Error")
+    LOST = "lost", _("Container lost")
+    QUOTA = "quota", _("Quota")
+
+
+# States in which the (pipeline, scope key) pair is taken: at most one such row per pair.
+# A stopped sandbox keeps its key: the next open starts it again with its workspace.
+LIVE_STATES = [s for s in State.values if s != State.DESTROYED]
+
+
+class SandboxQuerySet(models.QuerySet["Sandbox"]):
+    def live(self) -> "SandboxQuerySet":
+        return self.exclude(state=State.DESTROYED)
+
+    def for_pipeline(self, pipeline: Pipeline) -> "SandboxQuerySet":
+        return self.filter(pipeline=pipeline)
+
+
+class Sandbox(models.Model):
+    """One container plus its workspace, its state, its lease and its history.
+
+    The row is the truth of intent; container labels (sandbox id, generation) are the truth
+    of what runs. `generation` grows every time a new container is made for the sandbox, so a
+    container of an older generation is recognisably stale.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    pipeline = models.ForeignKey(Pipeline, on_delete=models.PROTECT, related_name="sandboxes")
+    scope_key = models.CharField(max_length=512)
+    variables = models.JSONField(default=dict, help_text="The variables of the opening request.")
+    state = models.CharField(max_length=16, choices=State.choices, default=State.CREATING)
+    stop_reason = models.CharField(max_length=16, choices=StopReason.choices, blank=True)
+    status_detail = models.TextField(blank=True, help_text="Why it is in error, in words.")
+    retention = models.CharField(max_length=20, choices=Retention.choices)
+    image = models.CharField(max_length=300)
+    generation = models.PositiveIntegerField(default=1)
+    container_id = models.CharField(max_length=80, blank=True)
+    container_name = models.CharField(max_length=200, blank=True)
+    volume_name = models.CharField(max_length=200)
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    last_activity_at = models.DateTimeField(null=True, blank=True)
+    stopped_at = models.DateTimeField(null=True, blank=True)
+    destroyed_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="Absolute end (TTL).")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = SandboxQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["pipeline", "scope_key"],
+                condition=~Q(state="destroyed"),
+                name="one_live_sandbox_per_scope_key",
+            )
+        ]
+        indexes = [models.Index(fields=["state"]), models.Index(fields=["pipeline", "state"])]
+
+    def __str__(self) -> str:
+        return f"{self.pipeline.slug}:{self.scope_key} ({self.state})"
+
+    @property
+    def workdir(self) -> str:
+        return "/workspace"
+
+
+class Lease(models.Model):
+    """Who controls a sandbox now, until when, and the fencing epoch.
+
+    The epoch grows at every acquire and takeover; a mutating call that presents an older
+    epoch is refused. Expiry is compared with the database's clock, never a worker's.
+    """
+
+    sandbox = models.OneToOneField(
+        Sandbox, on_delete=models.CASCADE, primary_key=True, related_name="lease"
+    )
+    holder = models.CharField(max_length=200, blank=True, help_text="Empty when free.")
+    epoch = models.PositiveBigIntegerField(default=0)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    acquired_at = models.DateTimeField(null=True, blank=True)
+    taken_over_from = models.CharField(
+        max_length=200, blank=True, help_text="The holder that lost the lease to a takeover."
+    )
+
+    def __str__(self) -> str:
+        return f"{self.holder or 'free'} (epoch {self.epoch})"
+
+
+class ExecState(models.TextChoices):
+    RUNNING = "running", _("Running")
+    COMPLETED = "completed", _("Completed")
+    TIMED_OUT = "timed_out", _("Timed out")
+    FAILED = "failed", _("Failed to run")
+    LOST = "lost", _("Lost")
+
+
+class Exec(models.Model):
+    """One command run in a sandbox, recorded before it starts and completed after."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    sandbox = models.ForeignKey(Sandbox, on_delete=models.CASCADE, related_name="execs")
+    session = models.CharField(max_length=64, default="default")
+    command: Any = models.JSONField(help_text="argv list, or a shell string")
+    cwd = models.CharField(max_length=1024)
+    env = models.JSONField(default=dict, blank=True)
+    background = models.BooleanField(default=False)
+    actor = models.CharField(max_length=200, help_text="Who asked: bot holder or admin.")
+    holder = models.CharField(max_length=200, blank=True)
+    epoch = models.PositiveBigIntegerField(null=True, blank=True)
+    state = models.CharField(max_length=16, choices=ExecState.choices, default=ExecState.RUNNING)
+    timeout_seconds = models.PositiveIntegerField()
+    exit_code = models.IntegerField(null=True, blank=True)
+    stdout = models.TextField(blank=True)
+    stderr = models.TextField(blank=True)
+    stdout_bytes = models.PositiveBigIntegerField(default=0)
+    stderr_bytes = models.PositiveBigIntegerField(default=0)
+    stdout_truncated = models.BooleanField(default=False)
+    stderr_truncated = models.BooleanField(default=False)
+    error = models.TextField(blank=True)
+    started_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    duration_ms = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-started_at"]
+        indexes = [models.Index(fields=["sandbox", "-started_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.command!r} → {self.exit_code}"
+
+    @property
+    def truncated(self) -> bool:
+        return self.stdout_truncated or self.stderr_truncated
+
+
+class EventQuerySet(models.QuerySet["Event"]):
+    def update(self, **kwargs: Any) -> int:
+        raise TypeError("events are append-only")
+
+    def delete(self) -> tuple[int, dict[str, int]]:
+        raise TypeError("events are append-only")
+
+
+class Event(models.Model):
+    """An append-only record of a lifecycle change: who, what, when, why."""
+
+    pipeline = models.ForeignKey(
+        Pipeline, null=True, blank=True, on_delete=models.SET_NULL, related_name="events"
+    )
+    sandbox = models.ForeignKey(
+        Sandbox, null=True, blank=True, on_delete=models.SET_NULL, related_name="events"
+    )
+    actor = models.CharField(max_length=200)
+    action = models.CharField(max_length=64)
+    reason = models.CharField(max_length=200, blank=True)
+    detail = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    objects = EventQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.actor} {self.action}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.pk is not None:
+            raise TypeError("events are append-only")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
+        raise TypeError("events are append-only")

@@ -1,0 +1,222 @@
+"""The container runtime: the only way Boxyard talks to a container engine.
+
+`sandboxes.runtime.docker` is the only module of the project that imports docker-py.
+Everything else uses the `Runtime` protocol below through `get_runtime()`, so pure-logic
+tests can use a fake while behaviour tests use the real engine.
+
+Conventions every implementation keeps:
+- every container and volume carries the labels of `labels_for()`;
+- "already gone" is success for removals;
+- engine trouble surfaces as `RuntimeUnavailable` (cannot reach it) or `RuntimeFailure`.
+"""
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import cache
+from pathlib import Path
+from typing import Literal, Protocol
+
+from django.conf import settings
+
+LABEL_MANAGED = "io.boxyard.managed"
+LABEL_DEPLOYMENT = "io.boxyard.deployment"
+LABEL_SANDBOX = "io.boxyard.sandbox"
+LABEL_PIPELINE = "io.boxyard.pipeline"
+LABEL_GENERATION = "io.boxyard.generation"
+LABEL_SCOPE = "io.boxyard.scope-key"
+# Set on images whose /workspace directory already belongs to the sandbox user, so a new
+# workspace volume copies that ownership and needs no preparation.
+LABEL_WORKSPACE_UID = "io.boxyard.workspace-uid"
+
+
+def labels_for(**extra: str) -> dict[str, str]:
+    return {LABEL_MANAGED: "1", LABEL_DEPLOYMENT: settings.BOXYARD_DEPLOYMENT, **extra}
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: str  # a volume name, or an absolute host path for binds
+    target: str
+    read_only: bool = False
+    kind: Literal["volume", "bind"] = "volume"
+    # Volumes only: do not copy the image's content (and the mount point's owner) into an
+    # empty volume. Needed for images whose /workspace is not the sandbox user's: a copy-up
+    # would hand the root of a still-empty workspace back to root at every start.
+    no_copy: bool = False
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    """Everything a sandbox container is made of; the runtime adds nothing but hardening."""
+
+    name: str
+    image: str
+    labels: dict[str, str]
+    user: str
+    mounts: tuple[Mount, ...]
+    env: dict[str, str] = field(default_factory=dict)
+    workdir: str = "/workspace"
+    cpus: float = 1.0
+    memory_mb: int = 1024
+    pids_limit: int = 256
+    tmp_mb: int = 256
+    network: bool = False
+    hostname: str = "sandbox"
+
+
+@dataclass(frozen=True)
+class ContainerInfo:
+    id: str
+    name: str
+    status: str  # created, running, paused, restarting, removing, exited, dead
+    labels: dict[str, str]
+    image: str = ""
+    created_at: datetime | None = None
+    exit_code: int | None = None
+    oom_killed: bool = False
+
+    @property
+    def running(self) -> bool:
+        return self.status == "running"
+
+
+@dataclass
+class ExecResult:
+    exit_code: int | None
+    stdout: bytes
+    stderr: bytes
+    stdout_bytes: int  # everything the command wrote, kept or not
+    stderr_bytes: int
+    duration_ms: int
+
+    @property
+    def stdout_truncated(self) -> bool:
+        return self.stdout_bytes > len(self.stdout)
+
+    @property
+    def stderr_truncated(self) -> bool:
+        return self.stderr_bytes > len(self.stderr)
+
+
+class Runtime(Protocol):
+    def ping(self) -> None: ...
+
+    # images
+    def image_labels(self, image: str) -> dict[str, str] | None:
+        """The image's labels, or None when the engine has no such image."""
+        ...
+
+    def pull(self, image: str) -> None: ...
+
+    def import_image(self, tar_path: Path, reference: str, changes: list[str]) -> None:
+        """Make an image from a root filesystem tar (no registry, no builder)."""
+        ...
+
+    def remove_image(self, reference: str) -> None: ...
+
+    # volumes
+    def ensure_volume(self, name: str, labels: dict[str, str]) -> bool:
+        """Create the volume unless it exists; True when it was created now."""
+        ...
+
+    def remove_volume(self, name: str) -> None: ...
+
+    def list_volumes(self, labels: dict[str, str]) -> list[str]: ...
+
+    def prepare_volume(self, name: str, image: str, user: str) -> None:
+        """Give the sandbox user the root of a fresh workspace volume."""
+        ...
+
+    # containers
+    def ensure_container(self, spec: ContainerSpec) -> ContainerInfo:
+        """Create the named container unless it exists (adopting ours), and start it."""
+        ...
+
+    def inspect_container(self, name_or_id: str) -> ContainerInfo | None: ...
+
+    def list_containers(self, labels: dict[str, str]) -> list[ContainerInfo]: ...
+
+    def stop_container(self, name_or_id: str, timeout: int = 5) -> None: ...
+
+    def remove_container(self, name_or_id: str) -> None: ...
+
+    # exec
+    def exec(
+        self,
+        container: str,
+        argv: list[str],
+        *,
+        env: dict[str, str] | None = None,
+        workdir: str | None = None,
+        stdin: Iterable[bytes] | None = None,
+        output_limit: int = 256 * 1024,
+        deadline_seconds: float | None = None,
+    ) -> ExecResult:
+        """Run argv to completion; keep at most output_limit bytes of each stream."""
+        ...
+
+    def exec_stream(
+        self,
+        container: str,
+        argv: list[str],
+        *,
+        env: dict[str, str] | None = None,
+        workdir: str | None = None,
+    ) -> "ExecStream": ...
+
+
+class ExecStream(Protocol):
+    """A running exec whose stdout is read as it comes; stderr is kept (bounded)."""
+
+    def __iter__(self) -> Iterator[bytes]: ...
+
+    def close(self) -> None: ...
+
+    @property
+    def stderr(self) -> bytes: ...
+
+    def exit_code(self) -> int | None: ...
+
+
+@cache
+def _docker_runtime() -> Runtime:
+    from sandboxes.runtime.docker import DockerRuntime
+
+    return DockerRuntime(base_url=settings.BOXYARD_DOCKER_HOST or None)
+
+
+_override: Runtime | None = None
+
+
+def get_runtime() -> Runtime:
+    return _override if _override is not None else _docker_runtime()
+
+
+def set_runtime(runtime: Runtime | None) -> None:
+    """Swap the runtime (tests with a fake); None restores the Docker Engine."""
+    global _override
+    _override = runtime
+
+
+# The runtime's own errors, refinements of the project-wide tree.
+from boxyard.errors import RuntimeFailure  # noqa: E402
+
+
+class ContainerGone(RuntimeFailure):
+    """The container is not there (removed from outside, or never created)."""
+
+    code = "container_gone"
+    status = 409
+
+
+class ImageMissing(RuntimeFailure):
+    code = "image_missing"
+    status = 400
+
+
+class ExecDeadlineExceeded(RuntimeFailure):
+    """The engine kept an exec's stream open past the deadline we allowed it."""
+
+    code = "exec_deadline"
+    status = 504

@@ -1,0 +1,129 @@
+"""POSIX shell programs Boxyard runs inside sandboxes.
+
+They need only `sh` and the usual tools of coreutils or busybox (realpath, stat, find,
+head, mkdir, mv, rm, setsid when present), so they work in Boxyard's images and in any
+ordinary Linux image. They run as the sandbox user, never as root: whatever a planted
+symlink or a race could make them touch, the sandbox's own code could touch already.
+
+Exit codes of 200 and above are the scripts' own verdicts, mapped to errors by the
+services (`files.py`); a command's own exit code passes through the exec wrapper as is.
+"""
+
+WORKSPACE = "/workspace"
+
+# Verdicts shared by the file scripts.
+NOT_FOUND = 202
+OUTSIDE = 203
+WRITE_FAILED = 204
+NOT_REGULAR = 205
+EXISTS = 206
+IS_DIRECTORY = 207
+NOT_DIRECTORY = 208
+NOT_EMPTY = 209
+BAD_CWD = 210
+
+_INSIDE = """
+inside() { case "$1" in /workspace|/workspace/*) return 0;; *) return 1;; esac; }
+"""
+
+# argv: timeout-seconds cwd mode(argv|shell) command...
+# The command runs in its own session so that a timeout kills its whole process tree; the
+# watchdog lives in the sandbox, so the limit holds even if Boxyard's process dies.
+EXEC = r"""
+t=$1; cwd=$2; mode=$3; shift 3
+cd "$cwd" 2>/dev/null || { printf 'boxyard: cwd %s is not a directory\n' "$cwd" >&2; exit 210; }
+if [ "$mode" = shell ]; then
+  if command -v bash >/dev/null 2>&1; then set -- bash -c "$1"; else set -- sh -c "$1"; fi
+fi
+S=; command -v setsid >/dev/null 2>&1 && S=setsid
+$S "$@" &
+pid=$!
+w=
+if [ "$t" -gt 0 ]; then
+  $S sh -c 'sleep "$1" & s=$!; trap "kill $s 2>/dev/null; exit 0" TERM; wait $s
+            kill -KILL -"$2" 2>/dev/null || kill -KILL "$2" 2>/dev/null' \
+     watchdog "$t" "$pid" </dev/null >/dev/null 2>&1 &
+  w=$!
+fi
+wait "$pid"; rc=$?
+[ -n "$w" ] && { kill -KILL -"$w" 2>/dev/null || kill "$w" 2>/dev/null; }
+exit $rc
+"""
+
+# argv: path mode(octal) overwrite(0|1); stdin: the contents.
+# Parents are created; the file is written beside its target and renamed over it, so a
+# reader never sees half a file and a symlink at the target is replaced, not followed.
+WRITE = (
+    _INSIDE
+    + r"""
+p=$1; mode=$2; ow=$3
+dir=${p%/*}; name=${p##*/}
+mkdir -p "$dir" 2>/dev/null
+real=$(realpath "$dir" 2>/dev/null) || { echo "boxyard: cannot create $dir" >&2; exit 204; }
+inside "$real" || exit 203
+[ -d "$real" ] || exit 208
+t="$real/$name"
+if [ -e "$t" ] || [ -L "$t" ]; then
+  [ -d "$t" ] && [ ! -L "$t" ] && exit 207
+  [ "$ow" = 1 ] || exit 206
+fi
+tmp="$real/.boxyard-write.$$"
+if ! cat > "$tmp"; then rm -f "$tmp"; exit 204; fi
+chmod "$mode" "$tmp" && mv -f "$tmp" "$t" || { rm -f "$tmp"; exit 204; }
+"""
+)
+
+# argv: path max-bytes (-1: all). stdout: the size on one line, then the bytes.
+READ = (
+    _INSIDE
+    + r"""
+p=$1; n=$2
+[ -e "$p" ] || exit 202
+real=$(realpath "$p" 2>/dev/null) || exit 202
+inside "$real" || exit 203
+[ -d "$real" ] && exit 207
+[ -f "$real" ] || exit 205
+stat -c %s "$real" || exit 202
+if [ "$n" -lt 0 ]; then exec cat "$real"; else exec head -c "$n" "$real"; fi
+"""
+)
+
+# argv: path recursive(0|1). stdout: one line per entry: type|size|mode|mtime|path
+LIST = (
+    _INSIDE
+    + r"""
+p=$1; r=$2
+[ -e "$p" ] || exit 202
+real=$(realpath "$p" 2>/dev/null) || exit 202
+inside "$real" || exit 203
+[ -d "$real" ] || exit 208
+if [ "$r" = 1 ]; then
+  exec find "$real" -mindepth 1 -exec stat -c '%F|%s|%a|%Y|%n' {} +
+else
+  exec find "$real" -mindepth 1 -maxdepth 1 -exec stat -c '%F|%s|%a|%Y|%n' {} +
+fi
+"""
+)
+
+# argv: path recursive(0|1). A symlink is removed itself, never what it points to.
+DELETE = (
+    _INSIDE
+    + r"""
+p=$1; r=$2
+[ -e "$p" ] || [ -L "$p" ] || exit 202
+dir=$(realpath "${p%/*}" 2>/dev/null) || exit 202
+inside "$dir" || exit 203
+t="$dir/${p##*/}"
+[ "$t" = /workspace ] && exit 203
+if [ -d "$t" ] && [ ! -L "$t" ]; then
+  if [ "$r" = 1 ]; then rm -rf "$t" || exit 204; else rmdir "$t" 2>/dev/null || exit 209; fi
+else
+  rm -f "$t" || exit 204
+fi
+"""
+)
+
+
+def sh(script: str, name: str, *args: str) -> list[str]:
+    """argv running `script` with `sh -c`; `name` becomes $0 (shown in ps and errors)."""
+    return ["sh", "-c", script, name, *args]

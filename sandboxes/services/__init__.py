@@ -1,0 +1,36 @@
+"""Sandbox operations: one function per operation, called by every entry point.
+
+The API views, the dashboard views, the websocket consumers and the Celery tasks all call
+these; none of them writes a business rule of its own.
+"""
+
+from sandboxes.services.actors import SYSTEM, Actor
+from sandboxes.services.closing import close_sandbox
+from sandboxes.services.execs import clean_request, run_exec
+from sandboxes.services.files import (
+    delete_file,
+    list_files,
+    open_file_stream,
+    read_file,
+    write_file,
+)
+from sandboxes.services.lease_ops import release_lease, renew_lease, takeover_lease
+from sandboxes.services.opening import Opened, open_sandbox
+
+__all__ = [
+    "SYSTEM",
+    "Actor",
+    "Opened",
+    "clean_request",
+    "close_sandbox",
+    "delete_file",
+    "list_files",
+    "open_file_stream",
+    "open_sandbox",
+    "read_file",
+    "release_lease",
+    "renew_lease",
+    "run_exec",
+    "takeover_lease",
+    "write_file",
+]

@@ -1,0 +1,204 @@
+"""From a sandbox row to a running container, and back.
+
+Container names are deterministic, `<pipeline>-<readable key>-<sandbox id>-g<generation>`,
+so that every concurrent opener of a sandbox converges on the same container (the engine
+refuses a second container of that name and the loser adopts the winner's), and so that a
+container of an older generation is recognisably stale.
+"""
+
+import re
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models.functions import Now
+
+from boxyard.errors import ImageNotAllowed, RuntimeFailure
+from pipelines.models import Pipeline, Skill, SkillMode, image_allowed
+from sandboxes.models import Sandbox, State, StopReason
+from sandboxes.runtime import (
+    LABEL_GENERATION,
+    LABEL_PIPELINE,
+    LABEL_SANDBOX,
+    LABEL_SCOPE,
+    LABEL_WORKSPACE_UID,
+    ContainerGone,
+    ContainerSpec,
+    ImageMissing,
+    Mount,
+    get_runtime,
+    labels_for,
+)
+from sandboxes.scripts import WORKSPACE
+from sandboxes.services import events
+from sandboxes.services.actors import SYSTEM, Actor
+
+_UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]+")
+
+
+def _readable(text: str, length: int) -> str:
+    return _UNSAFE.sub("-", text).strip("-.")[:length].strip("-.") or "x"
+
+
+def container_name(sandbox: Sandbox) -> str:
+    # The readable parts are only for people reading `docker ps`; the sandbox id makes the
+    # name unique whatever the key sanitizes to ("a/b" and "a_b" get different sandboxes).
+    return "by-{}-{}-{}-g{}".format(
+        _readable(sandbox.pipeline.slug, 24),
+        _readable(sandbox.scope_key, 32),
+        sandbox.id.hex,
+        sandbox.generation,
+    )
+
+
+def volume_name(sandbox: Sandbox) -> str:
+    return f"by-ws-{sandbox.id.hex}"
+
+
+def sandbox_labels(sandbox: Sandbox) -> dict[str, str]:
+    return labels_for(
+        **{
+            LABEL_SANDBOX: str(sandbox.id),
+            LABEL_PIPELINE: sandbox.pipeline.slug,
+            LABEL_GENERATION: str(sandbox.generation),
+            LABEL_SCOPE: sandbox.scope_key[:200],
+        }
+    )
+
+
+def check_image(image: str) -> None:
+    if not image_allowed(image):
+        raise ImageNotAllowed(
+            "image",
+            f"{image!r} is not on the operator's image allowlist (BOXYARD_IMAGE_ALLOWLIST)",
+        )
+
+
+def skill_mounts(pipeline: Pipeline) -> tuple[Mount, ...]:
+    mounts = []
+    for skill in Skill.objects.filter(pipeline=pipeline).order_by("name"):
+        skill.full_clean()  # the host path must still be a directory under a skill root
+        mounts.append(
+            Mount(
+                source=skill.host_path,
+                target=skill.mount_path,
+                read_only=skill.mode != SkillMode.READ_WRITE,
+                kind="bind",
+            )
+        )
+    return tuple(mounts)
+
+
+def _image_owns_workspace(image_labels: dict[str, str]) -> bool:
+    """Whether the image's /workspace belongs to the sandbox user (Boxyard's images)."""
+    return image_labels.get(LABEL_WORKSPACE_UID) == settings.BOXYARD_SANDBOX_USER.split(":")[0]
+
+
+def build_spec(sandbox: Sandbox, image_labels: dict[str, str]) -> ContainerSpec:
+    pipeline = sandbox.pipeline
+    workspace = Mount(
+        source=sandbox.volume_name, target=WORKSPACE, no_copy=not _image_owns_workspace(image_labels)
+    )
+    return ContainerSpec(
+        name=container_name(sandbox),
+        image=sandbox.image,
+        labels=sandbox_labels(sandbox),
+        user=settings.BOXYARD_SANDBOX_USER,
+        mounts=(workspace, *skill_mounts(pipeline)),
+        env={"HOME": WORKSPACE, "LANG": "C.UTF-8", **(pipeline.env or {})},
+        workdir=WORKSPACE,
+        cpus=pipeline.cpus,
+        memory_mb=pipeline.memory_mb,
+        pids_limit=pipeline.pids_limit,
+        tmp_mb=pipeline.tmp_mb,
+        network=pipeline.network_enabled,
+    )
+
+
+def provision(sandbox: Sandbox, actor: Actor = SYSTEM) -> Sandbox:
+    """Make the sandbox's container of its current generation exist and run.
+
+    Idempotent and safe to call from many openers at once: the volume and the container are
+    created under deterministic names, and only the transition creating → running of this
+    generation is recorded. Engine trouble (RuntimeUnavailable) leaves the row in `creating`
+    for a retry; anything else puts it in `error` with the reason.
+    """
+    runtime = get_runtime()
+    name = container_name(sandbox)
+    try:
+        check_image(sandbox.image)
+        image_labels = runtime.image_labels(sandbox.image)
+        if image_labels is None:
+            try:
+                runtime.pull(sandbox.image)
+            except RuntimeFailure as error:
+                raise ImageMissing(
+                    f"image {sandbox.image} is not on the engine and could not be pulled: "
+                    f"{error.message}"
+                ) from error
+            image_labels = runtime.image_labels(sandbox.image) or {}
+        spec = build_spec(sandbox, image_labels)
+        created = runtime.ensure_volume(
+            sandbox.volume_name, labels_for(**{LABEL_SANDBOX: str(sandbox.id)})
+        )
+        if created and not _image_owns_workspace(image_labels):
+            runtime.prepare_volume(sandbox.volume_name, sandbox.image, settings.BOXYARD_SANDBOX_USER)
+        info = runtime.ensure_container(spec)
+    except (RuntimeFailure, ImageNotAllowed) as error:
+        _mark_error(sandbox, name, error.message, actor)
+        raise
+    with transaction.atomic():
+        Sandbox.objects.filter(
+            pk=sandbox.pk, generation=sandbox.generation, state__in=[State.CREATING, State.UNKNOWN]
+        ).update(
+            state=State.RUNNING,
+            container_id=info.id,
+            container_name=info.name,
+            started_at=Now(),
+            last_activity_at=Now(),
+            status_detail="",
+            stop_reason="",
+        )
+        sandbox.refresh_from_db()
+        if sandbox.container_id == info.id and sandbox.state == State.RUNNING:
+            events.record(
+                actor, "sandbox.started", sandbox=sandbox, generation=sandbox.generation,
+                container=info.name,
+            )
+    return sandbox
+
+
+def _mark_error(sandbox: Sandbox, name: str, message: str, actor: Actor) -> None:
+    with transaction.atomic():
+        updated = Sandbox.objects.filter(
+            pk=sandbox.pk, generation=sandbox.generation, state__in=[State.CREATING, State.UNKNOWN]
+        ).update(state=State.ERROR, status_detail=message[:2000], stop_reason=StopReason.ERROR)
+        if updated:
+            events.record(actor, "sandbox.error", sandbox=sandbox, reason=message[:200])
+    if updated:
+        # A container half-made for this generation must not outlive the error.
+        try:
+            get_runtime().remove_container(name)
+        except RuntimeFailure:
+            pass
+    sandbox.refresh_from_db()
+
+
+def remove(sandbox: Sandbox, *, delete_workspace: bool) -> None:
+    """Remove the container of the current generation (and the workspace if asked)."""
+    runtime = get_runtime()
+    runtime.remove_container(sandbox.container_id or container_name(sandbox))
+    if sandbox.container_id and sandbox.container_name != container_name(sandbox):
+        runtime.remove_container(container_name(sandbox))
+    if delete_workspace:
+        runtime.remove_volume(sandbox.volume_name)
+
+
+def mark_gone(sandbox: Sandbox, error: ContainerGone, actor: Actor = SYSTEM) -> None:
+    """The container vanished under a running sandbox: the next open recreates it."""
+    with transaction.atomic():
+        updated = Sandbox.objects.filter(pk=sandbox.pk, state=State.RUNNING).update(
+            state=State.UNKNOWN, status_detail=str(error)[:2000]
+        )
+        if updated:
+            events.record(actor, "sandbox.container_lost", sandbox=sandbox, reason=str(error)[:200])
+    sandbox.refresh_from_db()

@@ -1,0 +1,25 @@
+from typing import Any
+
+from pipelines.models import Pipeline
+from sandboxes.models import Event, Sandbox
+from sandboxes.services.actors import Actor
+
+
+def record(
+    actor: Actor | str,
+    action: str,
+    *,
+    sandbox: Sandbox | None = None,
+    pipeline: Pipeline | None = None,
+    reason: str = "",
+    **detail: Any,
+) -> Event:
+    """Append an event. Call it inside the transaction that makes the change it records."""
+    return Event.objects.create(
+        actor=str(actor),
+        action=action,
+        sandbox=sandbox,
+        pipeline=pipeline or (sandbox.pipeline if sandbox is not None else None),
+        reason=reason,
+        detail=detail,
+    )

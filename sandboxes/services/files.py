@@ -1,0 +1,342 @@
+"""File operations under /workspace, done inside the sandbox as the sandbox user.
+
+Paths are checked twice: lexically here (`..` and absolute paths elsewhere are refused
+before anything runs), and inside the sandbox after resolving symlinks (`scripts.py`), so a
+link planted by sandbox code cannot carry a read or a write outside /workspace. Nothing is
+ever read or written through the engine's archive API or on the host.
+"""
+
+import base64
+import binascii
+import posixpath
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models.functions import Now
+
+from boxyard.errors import BoxyardError, Conflict, InvalidInput, InvalidState, RuntimeFailure
+from sandboxes import scripts
+from sandboxes.models import Sandbox
+from sandboxes.runtime import ContainerGone, ExecResult, get_runtime
+from sandboxes.scripts import WORKSPACE, sh
+from sandboxes.services import containers, events, leases
+from sandboxes.services.actors import Actor
+from sandboxes.services.execs import require_running
+
+MAX_PATH_LENGTH = 4096
+MAX_LIST_ENTRIES = 10_000
+_FILE_OP_DEADLINE = 300
+
+
+class WorkspaceFull(BoxyardError):
+    code = "workspace_full"
+    status = 507
+
+
+@dataclass(frozen=True)
+class FileContent:
+    data: bytes
+    size_bytes: int
+
+    @property
+    def truncated(self) -> bool:
+        return len(self.data) < self.size_bytes
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    path: str
+    name: str
+    type: str  # file, dir, symlink, other
+    size: int
+    mode: str
+    mtime_unix: int
+
+
+def workspace_path(path: object, field: str = "path") -> str:
+    """The absolute, normalized path for `path`, refusing anything outside /workspace."""
+    if not isinstance(path, str) or not path:
+        raise InvalidInput(field, "must be a non-empty path")
+    if "\x00" in path or len(path) > MAX_PATH_LENGTH:
+        raise InvalidInput(field, f"must be at most {MAX_PATH_LENGTH} characters, without NUL")
+    normalized = posixpath.normpath(posixpath.join(WORKSPACE, path))
+    if normalized != WORKSPACE and not normalized.startswith(WORKSPACE + "/"):
+        raise InvalidInput(field, f"{path!r} is outside /workspace")
+    return normalized
+
+
+def clean_mode(mode: object) -> str:
+    if mode is None or mode == "":
+        return "644"
+    if isinstance(mode, int) and not isinstance(mode, bool) and 0 <= mode <= 0o7777:
+        return format(mode, "o")
+    if isinstance(mode, str) and mode.isdigit() and all(ch in "01234567" for ch in mode):
+        value = int(mode, 8)
+        if value <= 0o777:
+            return format(value, "o")
+    raise InvalidInput("mode", "must be an octal permission string such as '0644' (at most 0777)")
+
+
+def decode_contents(contents: object, contents_b64: object) -> bytes:
+    if contents is not None and contents_b64 is not None:
+        raise InvalidInput("contents", "give contents or contents_b64, not both")
+    if contents_b64 is not None:
+        if not isinstance(contents_b64, str):
+            raise InvalidInput("contents_b64", "must be a base64 string")
+        try:
+            return base64.b64decode(contents_b64, validate=True)
+        except (binascii.Error, ValueError):
+            raise InvalidInput("contents_b64", "is not valid base64") from None
+    if contents is None:
+        return b""
+    if not isinstance(contents, str):
+        raise InvalidInput("contents", "must be a string")
+    return contents.encode("utf-8", errors="surrogatepass")
+
+
+def _verdict(result: ExecResult, path: str) -> None:
+    """Turn a file script's exit code into the error it stands for."""
+    code = result.exit_code
+    if code == 0:
+        return
+    detail = result.stderr.decode(errors="replace").strip()
+    if code == scripts.NOT_FOUND:
+        raise InvalidInput("path", f"{path} does not exist", reason="not_found")
+    if code == scripts.OUTSIDE:
+        raise InvalidInput("path", f"{path} resolves outside /workspace (through a symlink)")
+    if code == scripts.NOT_REGULAR:
+        raise InvalidInput("path", f"{path} is not a regular file")
+    if code == scripts.EXISTS:
+        raise Conflict(f"{path} exists and overwrite is false", code_detail="exists")
+    if code == scripts.IS_DIRECTORY:
+        raise InvalidInput("path", f"{path} is a directory")
+    if code == scripts.NOT_DIRECTORY:
+        raise InvalidInput("path", f"a parent of {path} is not a directory")
+    if code == scripts.NOT_EMPTY:
+        raise InvalidInput("recursive", f"{path} is a directory that is not empty; pass recursive")
+    if "No space left" in detail or "Disk quota" in detail:
+        raise WorkspaceFull(f"no space left writing {path}")
+    if "Read-only file system" in detail:
+        raise InvalidInput("path", f"{path} is on a read-only mount (a skill?)")
+    if "Permission denied" in detail:
+        raise InvalidInput("path", f"permission denied on {path}")
+    raise RuntimeFailure(f"file operation on {path} failed ({code}): {detail[:500]}")
+
+
+def _run(sandbox: Sandbox, argv: list[str], actor: Actor, *, stdin: Iterable[bytes] | None = None,
+         output_limit: int = 64 * 1024) -> ExecResult:
+    try:
+        return get_runtime().exec(
+            sandbox.container_id,
+            argv,
+            stdin=stdin,
+            output_limit=output_limit,
+            deadline_seconds=_FILE_OP_DEADLINE,
+        )
+    except ContainerGone as error:
+        containers.mark_gone(sandbox, error, actor)
+        raise InvalidState(
+            "the sandbox's container is gone; open the sandbox again to recreate it",
+            state=sandbox.state,
+        ) from error
+
+
+def _authorize_change(sandbox: Sandbox, holder: str | None, epoch: int | None, actor: Actor) -> Sandbox:
+    """Lock, check state and lease for a mutating file operation; returns the fresh row."""
+    sandbox = Sandbox.objects.select_for_update().select_related("pipeline").get(pk=sandbox.pk)
+    require_running(sandbox, "change files")
+    leases.authorize(sandbox, leases.clean_holder(holder, sandbox), leases.clean_epoch(epoch), actor)
+    Sandbox.objects.filter(pk=sandbox.pk).update(last_activity_at=Now())
+    return sandbox
+
+
+def _touch(sandbox: Sandbox, operation: str) -> None:
+    require_running(sandbox, operation)
+    Sandbox.objects.filter(pk=sandbox.pk).update(last_activity_at=Now())
+
+
+def write_file(
+    sandbox: Sandbox,
+    path: object,
+    data: bytes | Iterable[bytes],
+    actor: Actor,
+    *,
+    mode: object = None,
+    overwrite: bool = True,
+    holder: str | None = None,
+    epoch: int | None = None,
+) -> str:
+    """Write a file (parents created, atomically replaced); returns its absolute path."""
+    target = workspace_path(path)
+    if target == WORKSPACE:
+        raise InvalidInput("path", "names /workspace itself, not a file in it")
+    permissions = clean_mode(mode)
+    with transaction.atomic():
+        sandbox = _authorize_change(sandbox, holder, epoch, actor)
+    chunks = [data] if isinstance(data, bytes) else data
+    counted = _Counter(chunks)
+    argv = sh(scripts.WRITE, "boxyard-write", target, permissions, "1" if overwrite else "0")
+    _verdict(_run(sandbox, argv, actor, stdin=counted), target)
+    with transaction.atomic():
+        events.record(actor, "file.written", sandbox=sandbox, path=target, size=counted.total)
+    return target
+
+
+class _Counter:
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self._chunks = chunks
+        self.total = 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self._chunks:
+            self.total += len(chunk)
+            yield chunk
+
+
+def read_file(sandbox: Sandbox, path: object, max_bytes: object = None) -> FileContent:
+    target = workspace_path(path)
+    limit = _clean_max_bytes(max_bytes)
+    _touch(sandbox, "read files")
+    result = _run(
+        sandbox, sh(scripts.READ, "boxyard-read", target, str(limit)), _reader(sandbox),
+        output_limit=limit + 32,
+    )
+    _verdict(result, target)
+    header, _, data = result.stdout.partition(b"\n")
+    try:
+        size = int(header)
+    except ValueError:
+        raise RuntimeFailure(f"reading {target} gave no size line") from None
+    return FileContent(data=data[:limit], size_bytes=size)
+
+
+def _clean_max_bytes(max_bytes: object) -> int:
+    if max_bytes is None or max_bytes == "":
+        return settings.BOXYARD_FILE_READ_BYTES
+    if isinstance(max_bytes, str) and max_bytes.isdigit():
+        max_bytes = int(max_bytes)
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
+        raise InvalidInput("max_bytes", "must be a non-negative integer")
+    ceiling = settings.BOXYARD_MAX_OUTPUT_BYTES
+    if max_bytes > ceiling:
+        raise InvalidInput("max_bytes", f"must be at most {ceiling} (BOXYARD_MAX_OUTPUT_BYTES)")
+    return max_bytes
+
+
+def _reader(sandbox: Sandbox) -> Actor:
+    return Actor("system", f"reader:{sandbox.pk}")
+
+
+def open_file_stream(sandbox: Sandbox, path: object) -> tuple[int, Iterator[bytes]]:
+    """(size, chunks) of a whole file, streamed from the sandbox without holding it in memory."""
+    target = workspace_path(path)
+    _touch(sandbox, "read files")
+    try:
+        stream = get_runtime().exec_stream(
+            sandbox.container_id, sh(scripts.READ, "boxyard-read", target, "-1")
+        )
+    except ContainerGone as error:
+        containers.mark_gone(sandbox, error, _reader(sandbox))
+        raise
+    chunks = iter(stream)
+    head = b""
+    for chunk in chunks:
+        head += chunk
+        if b"\n" in head:
+            break
+    if b"\n" not in head:
+        stream.close()
+        code = stream.exit_code()
+        _verdict(ExecResult(code, b"", stream.stderr, 0, len(stream.stderr), 0), target)
+        raise RuntimeFailure(f"reading {target} gave no size line")
+    size_line, _, first = head.partition(b"\n")
+
+    def body() -> Iterator[bytes]:
+        if first:
+            yield first
+        yield from chunks
+
+    return int(size_line), body()
+
+
+_TYPES = {
+    "regular file": "file",
+    "regular empty file": "file",
+    "directory": "dir",
+    "symbolic link": "symlink",
+}
+_KINDS = set(_TYPES) | {"fifo", "socket", "character special file", "block special file"}
+
+
+def list_files(sandbox: Sandbox, path: object = None, recursive: object = False) -> tuple[list[FileEntry], bool]:
+    """Entries under a directory, and whether the list was cut at MAX_LIST_ENTRIES."""
+    target = workspace_path(path or WORKSPACE)
+    if not isinstance(recursive, bool):
+        raise InvalidInput("recursive", "must be true or false")
+    _touch(sandbox, "list files")
+    result = _run(
+        sandbox,
+        sh(scripts.LIST, "boxyard-list", target, "1" if recursive else "0"),
+        _reader(sandbox),
+        output_limit=MAX_LIST_ENTRIES * 512,
+    )
+    _verdict(result, target)
+    entries = _parse_listing(result.stdout.decode("utf-8", errors="surrogateescape"))
+    truncated = result.stdout_truncated or len(entries) > MAX_LIST_ENTRIES
+    if result.stdout_truncated and entries:
+        entries.pop()  # the last line may be cut in the middle
+    entries.sort(key=lambda entry: entry.path)
+    return entries[:MAX_LIST_ENTRIES], truncated
+
+
+def _parse_listing(text: str) -> list[FileEntry]:
+    entries: list[FileEntry] = []
+    for line in text.split("\n"):
+        kind, sep, rest = line.partition("|")
+        fields = rest.split("|", 3)
+        if sep and kind in _KINDS and len(fields) == 4 and fields[3].startswith(WORKSPACE):
+            size, mode, mtime, name = fields
+            entries.append(
+                FileEntry(
+                    path=name,
+                    name=posixpath.basename(name),
+                    type=_TYPES.get(kind, "other"),
+                    size=int(size) if size.isdigit() else 0,
+                    mode=mode.zfill(4),
+                    mtime_unix=int(mtime) if mtime.lstrip("-").isdigit() else 0,
+                )
+            )
+        elif entries and line:
+            # A file name with a line break in it: the line continues the previous name.
+            last = entries[-1]
+            name = f"{last.path}\n{line}"
+            entries[-1] = FileEntry(
+                path=name, name=posixpath.basename(name), type=last.type, size=last.size,
+                mode=last.mode, mtime_unix=last.mtime_unix,
+            )
+    return entries
+
+
+def delete_file(
+    sandbox: Sandbox,
+    path: object,
+    actor: Actor,
+    *,
+    recursive: object = False,
+    holder: str | None = None,
+    epoch: int | None = None,
+) -> str:
+    target = workspace_path(path)
+    if target == WORKSPACE:
+        raise InvalidInput("path", "cannot delete /workspace itself")
+    if not isinstance(recursive, bool):
+        raise InvalidInput("recursive", "must be true or false")
+    with transaction.atomic():
+        sandbox = _authorize_change(sandbox, holder, epoch, actor)
+    result = _run(sandbox, sh(scripts.DELETE, "boxyard-delete", target, "1" if recursive else "0"), actor)
+    _verdict(result, target)
+    with transaction.atomic():
+        events.record(actor, "file.deleted", sandbox=sandbox, path=target, recursive=recursive)
+    return target

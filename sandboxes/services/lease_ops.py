@@ -1,0 +1,43 @@
+"""Lease operations as callers see them: renew, release, take over."""
+
+from django.db import transaction
+
+from boxyard.errors import InvalidState
+from sandboxes.models import Lease, Sandbox, State
+from sandboxes.services import leases
+from sandboxes.services.actors import Actor
+
+
+def _locked(sandbox: Sandbox) -> Sandbox:
+    sandbox = Sandbox.objects.select_for_update().select_related("pipeline").get(pk=sandbox.pk)
+    if sandbox.state == State.DESTROYED:
+        raise InvalidState("the sandbox is destroyed", state=sandbox.state)
+    return sandbox
+
+
+def renew_lease(sandbox: Sandbox, actor: Actor, *, holder: str | None = None,
+                epoch: int | None = None) -> Lease:
+    with transaction.atomic():
+        sandbox = _locked(sandbox)
+        return leases.authorize(
+            sandbox, leases.clean_holder(holder, sandbox), leases.clean_epoch(epoch), actor
+        )
+
+
+def release_lease(sandbox: Sandbox, actor: Actor, *, holder: str | None = None,
+                  epoch: int | None = None, force: bool = False) -> Lease:
+    with transaction.atomic():
+        sandbox = _locked(sandbox)
+        return leases.release(
+            sandbox, leases.clean_holder(holder, sandbox), leases.clean_epoch(epoch), actor,
+            force=force,
+        )
+
+
+def takeover_lease(sandbox: Sandbox, actor: Actor, *, holder: str | None = None,
+                   reason: str = "") -> Lease:
+    """Take the lease whoever holds it; the previous holder's calls get 423 until released."""
+    with transaction.atomic():
+        sandbox = _locked(sandbox)
+        return leases.takeover(sandbox, leases.clean_holder(holder or str(actor), sandbox), actor,
+                               reason=reason)

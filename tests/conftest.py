@@ -1,0 +1,93 @@
+"""Shared fixtures: named actors, pipelines, and the real Docker Engine.
+
+Behaviour tests (marked `docker`) run against the real engine with the busybox test image;
+every container and volume they make carries this test session's deployment label and is
+removed after each test.
+"""
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.conf import settings
+
+from pipelines.models import Pipeline
+from sandboxes.runtime import LABEL_DEPLOYMENT, get_runtime, set_runtime
+from sandboxes.services import Actor
+from tests.fakes import FakeRuntime
+
+DEPLOYMENT = f"test-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _deployment_label() -> None:
+    settings.BOXYARD_DEPLOYMENT = DEPLOYMENT
+
+
+@pytest.fixture(scope="session")
+def engine() -> Any:
+    """The real engine, with the test image built if missing. Fails loudly if unreachable."""
+    from sandboxes.runtime.images import ensure_image
+
+    runtime = get_runtime()
+    runtime.ping()
+    ensure_image(settings.BOXYARD_TEST_IMAGE, progress=lambda line: None)
+    return runtime
+
+
+def _remove_ours(runtime: Any) -> None:
+    labels = {LABEL_DEPLOYMENT: DEPLOYMENT}
+    for container in runtime.list_containers(labels):
+        runtime.remove_container(container.id)
+    for volume in runtime.list_volumes(labels):
+        runtime.remove_volume(volume)
+
+
+@pytest.fixture
+def docker_engine(engine: Any) -> Iterator[Any]:
+    """Per test: the engine, and afterwards no container or volume of this test left."""
+    yield engine
+    _remove_ours(engine)
+
+
+@pytest.fixture
+def fake_runtime() -> Iterator[FakeRuntime]:
+    fake = FakeRuntime()
+    set_runtime(fake)
+    yield fake
+    set_runtime(None)
+
+
+@pytest.fixture
+def bot() -> Actor:
+    return Actor("bot", "support-bot")
+
+
+@pytest.fixture
+def alice() -> Actor:
+    """An admin."""
+    return Actor("admin", "alice")
+
+
+@pytest.fixture
+def make_pipeline(db: None) -> Any:
+    counter = iter(range(1, 10_000))
+
+    def make(**fields: Any) -> Pipeline:
+        fields.setdefault("slug", f"pipe-{next(counter)}")
+        fields.setdefault("image", settings.BOXYARD_TEST_IMAGE)
+        pipeline = Pipeline(**fields)
+        pipeline.full_clean()
+        pipeline.save()
+        return pipeline
+
+    return make
+
+
+@pytest.fixture
+def pipeline(make_pipeline: Any) -> Pipeline:
+    return make_pipeline(slug="support")
+
+
+CHAT = {"launcher_type": "group", "launcher_id": "123456", "sender_id": "789"}

@@ -1,0 +1,131 @@
+"""Foreground exec against the real engine."""
+
+import time
+
+import pytest
+
+from boxyard.errors import InvalidInput, InvalidState, LeaseBusy, StaleEpoch, TakenOver
+from sandboxes import services
+from sandboxes.models import Exec, ExecState
+from tests.conftest import CHAT
+
+pytestmark = [pytest.mark.docker, pytest.mark.django_db]
+
+
+@pytest.fixture
+def sandbox(pipeline, bot, docker_engine):
+    return services.open_sandbox(pipeline, CHAT, bot).sandbox
+
+
+def run(sandbox, bot, cmd, **kwargs):
+    holder = kwargs.pop("holder", None)
+    epoch = kwargs.pop("epoch", None)
+    request = services.clean_request(sandbox, cmd=cmd, **kwargs)
+    return services.run_exec(sandbox, request, bot, holder=holder, epoch=epoch)
+
+
+def test_argv_and_shell_string(sandbox, bot) -> None:
+    argv = run(sandbox, bot, ["echo", "two  spaces", "$HOME"])
+    assert (argv.exit_code, argv.stdout) == (0, "two  spaces $HOME\n")
+    shell = run(sandbox, bot, "echo out; echo err >&2; exit 3")
+    assert (shell.exit_code, shell.stdout, shell.stderr) == (3, "out\n", "err\n")
+    assert shell.state == ExecState.COMPLETED and shell.duration_ms >= 0
+
+
+def test_cwd_defaults_to_workspace_and_can_be_set(sandbox, bot) -> None:
+    assert run(sandbox, bot, "pwd").stdout == "/workspace\n"
+    run(sandbox, bot, ["mkdir", "-p", "src/pkg"])
+    assert run(sandbox, bot, "pwd", cwd="src/pkg").stdout == "/workspace/src/pkg\n"
+    assert run(sandbox, bot, "pwd", cwd="/tmp").stdout == "/tmp\n"
+
+
+def test_missing_cwd_is_a_clear_error(sandbox, bot) -> None:
+    with pytest.raises(InvalidInput, match="cwd"):
+        run(sandbox, bot, "pwd", cwd="nowhere")
+
+
+def test_env_reaches_the_command(sandbox, bot) -> None:
+    result = run(sandbox, bot, 'echo "$GREETING $HOME"', env={"GREETING": "hello"})
+    assert result.stdout == "hello /workspace\n"
+    with pytest.raises(InvalidInput, match="env"):
+        run(sandbox, bot, "true", env={"BAD-NAME": "x"})
+
+
+def test_timeout_kills_the_whole_process_tree(sandbox, bot) -> None:
+    started = time.monotonic()
+    result = run(sandbox, bot, "sleep 300 & sleep 301 & (sleep 302; echo never) & wait", timeout_seconds=1)
+    assert time.monotonic() - started < 10
+    assert result.state == ExecState.TIMED_OUT and result.exit_code == 137
+    assert "timed out" in result.error
+    leftovers = run(sandbox, bot, "ps -o args | grep 'sleep 30[0-2]' | grep -v grep || true")
+    assert leftovers.stdout == ""
+
+
+def test_output_is_capped_with_a_truncated_flag(make_pipeline, bot, docker_engine) -> None:
+    pipeline = make_pipeline(output_limit_bytes=1024)
+    sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
+    result = run(sandbox, bot, "head -c 100000 /dev/zero | tr '\\0' a; echo tail >&2")
+    assert len(result.stdout) == 1024 and result.stdout_truncated
+    assert result.stdout_bytes == 100000
+    assert result.stderr == "tail\n" and not result.stderr_truncated
+    assert result.truncated
+
+
+def test_every_exec_is_recorded(sandbox, bot) -> None:
+    run(sandbox, bot, ["true"])
+    run(sandbox, bot, "exit 7")
+    records = list(Exec.objects.filter(sandbox=sandbox).order_by("started_at"))
+    assert [(r.command, r.exit_code, r.actor) for r in records] == [
+        (["true"], 0, "bot:support-bot"),
+        ("exit 7", 7, "bot:support-bot"),
+    ]
+    assert all(r.finished_at and r.holder == "group_123456" and r.epoch == 1 for r in records)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"cmd": []}, "cmd"),
+        ({"cmd": ""}, "cmd"),
+        ({"cmd": ["ls", 3]}, "cmd"),
+        ({"cmd": {"x": 1}}, "cmd"),
+        ({"cmd": "true", "timeout_seconds": 0}, "timeout_seconds"),
+        ({"cmd": "true", "timeout_seconds": 10**6}, "timeout_seconds"),
+        ({"cmd": "true", "timeout_seconds": "5"}, "timeout_seconds"),
+        ({"cmd": "true", "session": "nope"}, "session"),
+        ({"cmd": "true", "cwd": 5}, "cwd"),
+    ],
+)
+def test_bad_requests_name_the_field_and_run_nothing(sandbox, kwargs, field) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        services.clean_request(sandbox, **kwargs)
+    assert caught.value.field == field
+    assert not Exec.objects.exists()
+
+
+def test_a_fenced_off_holder_never_reaches_the_container(sandbox, bot, alice) -> None:
+    services.takeover_lease(sandbox, alice, holder="admin:alice")
+    with pytest.raises(TakenOver):
+        run(sandbox, bot, "touch /workspace/should-not-exist")
+    with pytest.raises(LeaseBusy):
+        run(sandbox, bot, "touch /workspace/should-not-exist", holder="other-bot")
+    with pytest.raises(StaleEpoch):
+        run(sandbox, bot, "true", holder="admin:alice", epoch=1)
+    assert run(sandbox, alice, "ls /workspace", holder="admin:alice", epoch=2).stdout == ""
+    assert Exec.objects.count() == 1
+
+
+def test_exec_in_a_stopped_sandbox_is_refused_saying_why(sandbox, bot) -> None:
+    services.close_sandbox(sandbox, bot)
+    with pytest.raises(InvalidState, match="stopped"):
+        run(sandbox, bot, "true")
+
+
+def test_a_container_removed_from_outside_is_detected_and_recreated(sandbox, bot, pipeline, docker_engine) -> None:
+    services.write_file(sandbox, "keep.txt", b"still here", bot)
+    docker_engine.remove_container(sandbox.container_id)
+    with pytest.raises(InvalidState, match="gone"):
+        run(sandbox, bot, "true")
+    reopened = services.open_sandbox(pipeline, CHAT, bot).sandbox
+    assert reopened.pk == sandbox.pk
+    assert run(reopened, bot, "cat keep.txt").stdout == "still here"

@@ -1,0 +1,113 @@
+"""The hardened defaults, read back from the engine and proven from inside a sandbox."""
+
+import pytest
+
+from sandboxes import services
+from tests.conftest import CHAT
+
+pytestmark = [pytest.mark.docker, pytest.mark.django_db]
+
+
+def sh(sandbox, bot, cmd, timeout=30):
+    request = services.clean_request(sandbox, cmd=cmd, timeout_seconds=timeout)
+    return services.run_exec(sandbox, request, bot)
+
+
+@pytest.fixture
+def sandbox(pipeline, bot, docker_engine):
+    return services.open_sandbox(pipeline, CHAT, bot).sandbox
+
+
+def test_host_config_is_hardened(sandbox, docker_engine) -> None:
+    data = docker_engine.api.inspect_container(sandbox.container_id)
+    host = data["HostConfig"]
+    assert host["CapDrop"] == ["ALL"] and not host["CapAdd"]
+    assert host["Privileged"] is False
+    assert host["ReadonlyRootfs"] is True
+    assert "no-new-privileges:true" in host["SecurityOpt"]
+    assert not any("seccomp=unconfined" in opt for opt in host["SecurityOpt"])
+    assert host["NetworkMode"] == "none"
+    assert host["PidMode"] in ("", "private") and host["IpcMode"] == "private"
+    assert host["Init"] is True
+    assert host["PidsLimit"] == 256
+    assert host["Memory"] == host["MemorySwap"] == 1024 * 1024 * 1024
+    assert host["NanoCpus"] == 1_000_000_000
+    assert host["LogConfig"]["Config"]["max-size"] == "1m"
+    assert data["Config"]["User"] == "10001:10001"
+    mounts = data["Mounts"]
+    assert [m["Destination"] for m in mounts] == ["/workspace"]
+    assert not any("docker.sock" in (m.get("Source") or "") for m in mounts)
+    assert "/tmp" in host["Tmpfs"]
+
+
+def test_inside_the_sandbox_nothing_is_privileged(sandbox, bot) -> None:
+    result = sh(sandbox, bot, "id -u; grep -E '^(CapEff|CapPrm|NoNewPrivs)' /proc/self/status")
+    lines = result.stdout.split("\n")
+    assert lines[0] == "10001"
+    assert "CapEff:\t0000000000000000" in lines and "CapPrm:\t0000000000000000" in lines
+    assert "NoNewPrivs:\t1" in lines
+
+
+def test_root_is_read_only_but_tmp_and_workspace_are_writable(sandbox, bot) -> None:
+    etc = sh(sandbox, bot, "echo x > /etc/owned")
+    assert etc.exit_code != 0 and "Read-only file system" in etc.stderr
+    assert sh(sandbox, bot, "echo x > /tmp/ok && echo x > /workspace/ok && echo fine").stdout == "fine\n"
+
+
+def test_no_network_but_loopback(sandbox, bot) -> None:
+    interfaces = sh(sandbox, bot, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '")
+    assert interfaces.stdout.split() == ["lo"]
+    routes = sh(sandbox, bot, "tail -n +2 /proc/net/route")
+    assert routes.stdout == ""
+
+
+def test_pids_limit_stops_a_fork_bomb(make_pipeline, bot, docker_engine) -> None:
+    pipeline = make_pipeline(pids_limit=64)
+    sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
+    bomb = sh(sandbox, bot, "i=0; while [ $i -lt 200 ]; do sleep 60 & i=$((i+1)); done; echo spawned", timeout=10)
+    assert "can't fork" in bomb.stderr or "Resource temporarily unavailable" in bomb.stderr
+    assert bomb.state == "timed_out" or bomb.exit_code != 0 or "spawned" in bomb.stdout
+    # The limit held and the sandbox is usable again once the bomb's processes are gone.
+    after = sh(sandbox, bot, "echo alive")
+    assert after.stdout == "alive\n"
+
+
+def test_memory_limit_kills_with_137(make_pipeline, bot, docker_engine) -> None:
+    pipeline = make_pipeline(memory_mb=64)
+    sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
+    limit = sh(sandbox, bot, "cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes")
+    if limit.stdout.strip() in ("", "max", "9223372036854771712"):
+        pytest.skip(f"this engine does not enforce memory limits (cgroup reports {limit.stdout.strip()!r})")
+    hog = sh(sandbox, bot, ["sh", "-c", "x=a; while :; do x=$x$x; done"])
+    assert hog.exit_code == 137
+    assert sh(sandbox, bot, "echo alive").stdout == "alive\n"
+
+
+def test_workspace_size_limit_is_not_enforced_on_this_engine(pipeline, docker_engine) -> None:
+    driver = docker_engine.api.info().get("Driver")
+    pytest.skip(
+        f"workspace_mb ({pipeline.workspace_mb} MiB) is recorded but not enforced: named volumes "
+        f"on the local driver have no size quota, and the {driver} storage driver here cannot "
+        "apply one (needs overlay2 on XFS with pquota)"
+    )
+
+
+def test_skills_are_mounted_read_only_unless_rw(make_pipeline, bot, docker_engine, settings, tmp_path) -> None:
+    from pipelines.models import Skill
+
+    settings.BOXYARD_SKILL_ROOTS = [str(tmp_path)]
+    for name in ("web-search", "scratchpad"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "README.md").write_text(f"# {name}\n")
+        (tmp_path / name).chmod(0o777)
+    pipeline = make_pipeline()
+    Skill.objects.create(pipeline=pipeline, name="web-search", host_path=str(tmp_path / "web-search"))
+    Skill.objects.create(pipeline=pipeline, name="scratchpad", host_path=str(tmp_path / "scratchpad"), mode="rw")
+    sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
+    assert sh(sandbox, bot, "cat .skills/web-search/README.md").stdout == "# web-search\n"
+    ro = sh(sandbox, bot, "touch .skills/web-search/x")
+    assert ro.exit_code != 0 and "Read-only" in ro.stderr
+    assert sh(sandbox, bot, "touch .skills/scratchpad/notes && echo ok").stdout == "ok\n"
+    assert (tmp_path / "scratchpad" / "notes").exists()
+    with pytest.raises(Exception, match="read-only"):
+        services.write_file(sandbox, ".skills/web-search/evil.sh", b"x", bot)
