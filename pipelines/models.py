@@ -234,6 +234,19 @@ class Skill(models.Model):
             )
         if not resolved.is_dir():
             raise ValidationError({"host_path": f"{resolved} is not a directory"})
+        if _holds_docker_socket(resolved):
+            raise ValidationError(
+                {"host_path": f"{resolved} holds a Docker socket; it may never enter a sandbox"}
+            )
+
+
+def _holds_docker_socket(directory: Path) -> bool:
+    """A container runtime socket anywhere below a skill would give its sandbox the host."""
+    for name in ("docker.sock", "containerd.sock", "podman.sock"):
+        for found in directory.rglob(name):
+            if found.is_socket():
+                return True
+    return False
 
 
 TOKEN_PREFIX = "byd_"

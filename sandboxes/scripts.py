@@ -45,7 +45,7 @@ if [ "$t" -gt 0 ]; then
      watchdog "$t" "$pid" </dev/null >/dev/null 2>&1 &
   w=$!
 fi
-wait "$pid"; rc=$?
+wait "$pid" 2>/dev/null; rc=$?  # 2>/dev/null: no "Killed" job notice in its stderr
 [ -n "$w" ] && { kill -KILL -"$w" 2>/dev/null || kill "$w" 2>/dev/null; }
 exit $rc
 """

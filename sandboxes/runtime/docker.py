@@ -6,8 +6,10 @@ for concurrent requests) and adds nothing but the hardening every sandbox gets.
 
 import functools
 import logging
+import os
 import select
 import socket
+import stat
 import struct
 import threading
 import time
@@ -217,6 +219,9 @@ class DockerRuntime:
     # --- containers ---------------------------------------------------------------------------
 
     def _host_config(self, spec: ContainerSpec) -> dict[str, Any]:
+        for mount in spec.mounts:
+            if mount.kind == "bind":
+                _refuse_dangerous_bind(mount.source)
         memory = f"{spec.memory_mb}m"
         return self.api.create_host_config(
             mounts=[
@@ -261,18 +266,26 @@ class DockerRuntime:
                 network_disabled=not spec.network,
                 stop_signal="SIGKILL",
             )
-            container_id = created["Id"]
         except docker.errors.APIError as error:
             if error.status_code != 409:
                 raise
             # The deterministic name is taken: another opener of the same sandbox got there
             # first. Adopt the container if it is this sandbox's generation, else refuse.
-            container_id = self._adopt(spec)
+            return self._start(self._adopt(spec))
+        return self._start(created["Id"], spec)
+
+    def _start(self, container_id: str, created: ContainerSpec | None = None) -> ContainerInfo:
         try:
             self.api.start(container_id)
         except docker.errors.APIError as error:
             if error.status_code != 304:  # 304: already started
                 raise
+        if created is not None:
+            # We made it and the engine started it: no need to ask what we already know.
+            return ContainerInfo(
+                id=container_id, name=created.name, status="running", labels=created.labels,
+                image=created.image,
+            )
         return _info(self.api.inspect_container(container_id))
 
     def _adopt(self, spec: ContainerSpec) -> str:
@@ -430,6 +443,13 @@ class DockerRuntime:
                 return data.get("ExitCode")
             time.sleep(0.01)
         return None
+
+
+def _refuse_dangerous_bind(source: str) -> None:
+    """Last line of defence: the host's root or a runtime socket never enters a sandbox."""
+    real = os.path.realpath(source)
+    if real == "/" or (os.path.exists(real) and stat.S_ISSOCK(os.stat(real).st_mode)):
+        raise RuntimeFailure(f"refusing to mount {source} into a sandbox")
 
 
 class DockerExecStream:

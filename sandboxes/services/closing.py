@@ -1,7 +1,7 @@
 from django.db import transaction
 from django.db.models.functions import Now
 
-from boxyard.errors import InvalidState
+from boxyard.errors import BoxyardError, InvalidState
 from sandboxes.models import Lease, Sandbox, State, StopReason
 from sandboxes.services import containers, events, leases
 from sandboxes.services.actors import Actor
@@ -33,6 +33,7 @@ def close_sandbox(
             )
         if sandbox.state == State.STOPPED and not delete_workspace:
             return sandbox
+        previous_state = sandbox.state
         sandbox.state = State.STOPPING
         sandbox.stop_reason = reason
         sandbox.save(update_fields=["state", "stop_reason", "updated_at"])
@@ -41,7 +42,15 @@ def close_sandbox(
             delete_workspace=delete_workspace,
         )
 
-    containers.remove(sandbox, delete_workspace=delete_workspace)
+    try:
+        containers.remove(sandbox, delete_workspace=delete_workspace)
+    except BoxyardError:
+        # The engine said no or could not be reached: nothing was removed for certain, so the
+        # sandbox is what it was, and the caller may try again.
+        Sandbox.objects.filter(pk=sandbox.pk, state=State.STOPPING).update(
+            state=previous_state, stop_reason=""
+        )
+        raise
 
     final = State.DESTROYED if delete_workspace else State.STOPPED
     with transaction.atomic():

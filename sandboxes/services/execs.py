@@ -150,7 +150,7 @@ def run_exec(
             epoch=lease.epoch,
             timeout_seconds=request.timeout_seconds,
         )
-        Sandbox.objects.filter(pk=sandbox.pk).update(last_activity_at=Now())
+        # Activity is stamped when the exec ends; while it runs, the running row is activity.
 
     mode, command = ("shell", [request.shell]) if request.shell is not None else ("argv", request.argv)
     argv = sh(EXEC, "boxyard-exec", str(request.timeout_seconds), request.cwd, mode, *(command or []))

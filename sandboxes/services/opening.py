@@ -42,6 +42,8 @@ def open_sandbox(
         if sandbox.state == State.STOPPING:
             raise InvalidState("the sandbox is stopping; open it again in a moment", state=sandbox.state)
         if sandbox.state in (State.STOPPED, State.ERROR):
+            if sandbox.state == State.STOPPED:
+                _check_quota(pipeline)  # a stopped sandbox holds no slot until it starts again
             _restart(sandbox, actor)
     if sandbox.state in (State.CREATING, State.UNKNOWN):
         sandbox = containers.provision(sandbox, actor)

@@ -108,3 +108,19 @@ def test_create_pipeline_command_refuses_a_bad_scope() -> None:
     with pytest.raises(CommandError, match="unknown variable 'foo'"):
         call_command("create_pipeline", "bad", "--scope", "{foo}")
     assert not Pipeline.objects.filter(slug="bad").exists()
+
+
+@pytest.mark.django_db
+def test_a_skill_holding_a_docker_socket_is_refused(settings, tmp_path) -> None:
+    import socket
+
+    settings.BOXYARD_SKILL_ROOTS = [str(tmp_path)]
+    (tmp_path / "sneaky" / "run").mkdir(parents=True)
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(tmp_path / "sneaky" / "run" / "docker.sock"))
+    try:
+        pipeline = Pipeline.objects.create(slug="p")
+        with pytest.raises(ValidationError, match="Docker socket"):
+            Skill(pipeline=pipeline, name="sneaky", host_path=str(tmp_path / "sneaky")).full_clean()
+    finally:
+        server.close()

@@ -56,7 +56,7 @@ def test_timeout_kills_the_whole_process_tree(sandbox, bot) -> None:
     result = run(sandbox, bot, "sleep 300 & sleep 301 & (sleep 302; echo never) & wait", timeout_seconds=1)
     assert time.monotonic() - started < 10
     assert result.state == ExecState.TIMED_OUT and result.exit_code == 137
-    assert "timed out" in result.error
+    assert "timed out" in result.error and result.stderr == ""
     leftovers = run(sandbox, bot, "ps -o args | grep 'sleep 30[0-2]' | grep -v grep || true")
     assert leftovers.stdout == ""
 

@@ -110,3 +110,16 @@ def test_holder_and_epoch_are_validated(opened, bot) -> None:
         services.renew_lease(opened.sandbox, bot, holder="agent-a", epoch=-1)
     with pytest.raises(InvalidInput, match="holder"):
         services.renew_lease(opened.sandbox, bot, holder="x" * 500)
+
+
+def test_close_that_the_engine_refuses_changes_nothing(opened, bot, fake_runtime) -> None:
+    from boxyard.errors import RuntimeUnavailable
+    from sandboxes.models import Sandbox
+
+    def unreachable(name_or_id: str) -> None:
+        raise RuntimeUnavailable("the Docker Engine is unreachable")
+
+    fake_runtime.remove_container = unreachable
+    with pytest.raises(RuntimeUnavailable):
+        services.close_sandbox(opened.sandbox, bot, holder="agent-a")
+    assert Sandbox.objects.get().state == "running"
