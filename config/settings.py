@@ -5,6 +5,7 @@ nothing configured (SQLite, an in-memory channel layer, the local Docker Engine)
 Production deployments set the variables listed in the README.
 """
 
+import os
 import secrets
 from pathlib import Path
 
@@ -43,6 +44,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "django_htmx",
+    "ninja",
     "pipelines",
     "sandboxes",
 ]
@@ -95,7 +97,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "timeout": 30,
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
-    DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test.sqlite3")}
+    # A file (threads in tests need a shared database), one per test run so runs never collide.
+    DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / f"test-{os.getpid()}.sqlite3")}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -133,6 +136,8 @@ STORAGES = {
 WHITENOISE_USE_FINDERS = DEBUG
 
 LOGIN_URL = "admin:login"
+# Largest request body the API reads (file writes come as JSON); bigger ones get 413.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("BOXYARD_MAX_REQUEST_BYTES", 32 * 1024 * 1024, minimum=1024)
 
 # --- Channels and Celery (embedded defaults; Redis arrives with the distributed mode) --------
 CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
@@ -196,5 +201,7 @@ BOXYARD_MAX_TTL_SECONDS = env_int("BOXYARD_MAX_TTL_SECONDS", 7 * 24 * 3600, mini
 BOXYARD_ALLOW_NETWORK = env_bool("BOXYARD_ALLOW_NETWORK", False)
 # Default cap on what one exec returns per stream.
 BOXYARD_EXEC_OUTPUT_BYTES = env_int("BOXYARD_EXEC_OUTPUT_BYTES", 256 * 1024, minimum=1024)
+# Threads serving sandbox API calls (each blocks for as long as its exec runs).
+BOXYARD_API_THREADS = env_int("BOXYARD_API_THREADS", 64, minimum=1)
 # Default cap on what one file read returns.
 BOXYARD_FILE_READ_BYTES = env_int("BOXYARD_FILE_READ_BYTES", 256 * 1024, minimum=1)

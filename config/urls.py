@@ -2,6 +2,8 @@ from django.contrib import admin
 from django.http import HttpRequest, JsonResponse
 from django.urls import path
 
+from config.api import api
+
 
 def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"ok": True})
@@ -12,5 +14,6 @@ admin.site.site_title = "Boxyard"
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("api/v1/", api.urls),
     path("healthz", healthz),
 ]

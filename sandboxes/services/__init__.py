@@ -4,7 +4,7 @@ The API views, the dashboard views, the websocket consumers and the Celery tasks
 these; none of them writes a business rule of its own.
 """
 
-from sandboxes.services.actors import SYSTEM, Actor
+from boxyard.actors import SYSTEM, Actor
 from sandboxes.services.closing import close_sandbox
 from sandboxes.services.execs import clean_request, run_exec
 from sandboxes.services.files import (

@@ -4,7 +4,7 @@ from django.db.models.functions import Now
 from boxyard.errors import BoxyardError, InvalidState
 from sandboxes.models import Lease, Sandbox, State, StopReason
 from sandboxes.services import containers, events, leases
-from sandboxes.services.actors import Actor
+from boxyard.actors import Actor
 
 
 def close_sandbox(

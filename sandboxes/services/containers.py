@@ -30,7 +30,7 @@ from sandboxes.runtime import (
 )
 from sandboxes.scripts import WORKSPACE
 from sandboxes.services import events
-from sandboxes.services.actors import SYSTEM, Actor
+from boxyard.actors import SYSTEM, Actor
 
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]+")
 

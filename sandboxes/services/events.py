@@ -2,7 +2,7 @@ from typing import Any
 
 from pipelines.models import Pipeline
 from sandboxes.models import Event, Sandbox
-from sandboxes.services.actors import Actor
+from boxyard.actors import Actor
 
 
 def record(

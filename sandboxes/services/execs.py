@@ -10,11 +10,12 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from boxyard.errors import InvalidInput, InvalidState, RuntimeFailure
+from pipelines.models import Pipeline
 from sandboxes.models import Exec, ExecState, Sandbox, State
 from sandboxes.runtime import ContainerGone, ExecDeadlineExceeded, get_runtime
 from sandboxes.scripts import BAD_CWD, EXEC, WORKSPACE, sh
 from sandboxes.services import containers, leases
-from sandboxes.services.actors import Actor
+from boxyard.actors import Actor
 
 MAX_COMMAND_BYTES = 256 * 1024
 MAX_ENV_VARS = 200
@@ -42,7 +43,7 @@ class ExecRequest:
 
 
 def clean_request(
-    sandbox: Sandbox,
+    target: Sandbox | Pipeline,
     *,
     cmd: object,
     cwd: object = None,
@@ -50,7 +51,8 @@ def clean_request(
     session: object = None,
     timeout_seconds: object = None,
 ) -> ExecRequest:
-    pipeline = sandbox.pipeline
+    """Check an exec request against the pipeline (or the sandbox's pipeline) it is for."""
+    pipeline = target.pipeline if isinstance(target, Sandbox) else target
     argv: list[str] | None = None
     shell: str | None = None
     if isinstance(cmd, str):

@@ -22,7 +22,7 @@ from sandboxes.models import Sandbox
 from sandboxes.runtime import ContainerGone, ExecResult, get_runtime
 from sandboxes.scripts import WORKSPACE, sh
 from sandboxes.services import containers, events, leases
-from sandboxes.services.actors import Actor
+from boxyard.actors import Actor
 from sandboxes.services.execs import require_running
 
 MAX_PATH_LENGTH = 4096

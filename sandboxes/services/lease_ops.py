@@ -5,7 +5,7 @@ from django.db import transaction
 from boxyard.errors import InvalidState
 from sandboxes.models import Lease, Sandbox, State
 from sandboxes.services import leases
-from sandboxes.services.actors import Actor
+from boxyard.actors import Actor
 
 
 def _locked(sandbox: Sandbox) -> Sandbox:

@@ -19,7 +19,7 @@ from django.db.models.functions import Now
 from boxyard.errors import InvalidInput, LeaseBusy, StaleEpoch, TakenOver
 from sandboxes.models import Lease, Sandbox
 from sandboxes.services import events
-from sandboxes.services.actors import Actor
+from boxyard.actors import Actor
 
 MAX_HOLDER_LENGTH = 200
 

@@ -10,7 +10,7 @@ from pipelines import scope
 from pipelines.models import Pipeline
 from sandboxes.models import Lease, Sandbox, State
 from sandboxes.services import containers, events, leases
-from sandboxes.services.actors import Actor
+from boxyard.actors import Actor
 
 
 @dataclass

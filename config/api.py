@@ -1,0 +1,109 @@
+"""The bot API (`/api/v1`): authentication, the one error mapping, and the routers."""
+
+from typing import Any
+
+from django.core.exceptions import RequestDataTooBig
+from django.http import Http404, HttpRequest, HttpResponse
+from ninja import NinjaAPI
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.security import APIKeyCookie, HttpBearer
+
+from boxyard.errors import BoxyardError, RuntimeUnavailable
+from pipelines.api import router as pipelines_router
+from sandboxes.api import router as sandboxes_router
+from sandboxes.selectors import Principal, principal_for_token, principal_for_user
+
+
+class PipelineToken(HttpBearer):
+    """`Authorization: Bearer <pipeline token>`: acts on that pipeline only."""
+
+    def authenticate(self, request: HttpRequest, token: str) -> Principal | None:
+        return principal_for_token(token)
+
+
+class StaffSession(APIKeyCookie):
+    """A logged-in admin of the dashboard (session cookie, CSRF checked): every pipeline."""
+
+    param_name = "sessionid"
+
+    def authenticate(self, request: HttpRequest, key: str | None) -> Principal | None:
+        return principal_for_user(request.user)
+
+
+api = NinjaAPI(
+    title="Boxyard bot API",
+    version="1",
+    description="Sandboxes for AI-agent pipelines. Authenticate with `Authorization: Bearer "
+    "<pipeline token>`. Errors are `{\"error\": {\"code\", \"message\", ...}}`.",
+    urls_namespace="api-v1",
+    openapi_url="/openapi.json",
+    docs_url="/docs",
+    auth=[PipelineToken(), StaffSession()],
+)
+api.add_router("", sandboxes_router)
+api.add_router("", pipelines_router)
+
+
+def error_response(request: HttpRequest, status: int, body: dict[str, Any]) -> HttpResponse:
+    return api.create_response(request, {"error": body}, status=status)
+
+
+@api.exception_handler(BoxyardError)
+def on_boxyard_error(request: HttpRequest, error: BoxyardError) -> HttpResponse:
+    response = error_response(request, error.status, error.as_dict())
+    if isinstance(error, RuntimeUnavailable):
+        response["Retry-After"] = str(error.retry_after)
+    return response
+
+
+@api.exception_handler(ValidationError)
+def on_validation_error(request: HttpRequest, error: ValidationError) -> HttpResponse:
+    first = error.errors[0] if error.errors else {}
+    field = _field_name(first.get("loc", ()))
+    message = first.get("msg", "invalid input")
+    return error_response(
+        request, 400,
+        {"code": "invalid_input", "message": f"{field}: {message}", "field": field,
+         "errors": [{"loc": list(map(str, e.get("loc", ()))), "msg": e.get("msg", "")} for e in error.errors[:20]]},
+    )
+
+
+def _field_name(location: Any) -> str:
+    """`cmd` from pydantic's ("body", "body", "cmd", "list[str]"): the caller's own name for it."""
+    parts: list[str] = []
+    for part in location:
+        text = str(part)
+        if text in ("body", "query", "path") and not parts:
+            continue
+        if "[" in text or text in ("str", "int", "float", "bool", "function-after"):
+            break  # a member of a union type, not a field
+        parts.append(text)
+    return ".".join(parts) or "body"
+
+
+@api.exception_handler(AuthenticationError)
+def on_authentication_error(request: HttpRequest, error: AuthenticationError) -> HttpResponse:
+    response = error_response(
+        request, 401,
+        {"code": "unauthorized", "message": "a valid pipeline token is required (Authorization: Bearer ...)"},
+    )
+    response["WWW-Authenticate"] = "Bearer"
+    return response
+
+
+@api.exception_handler(Http404)
+def on_not_found(request: HttpRequest, error: Http404) -> HttpResponse:
+    return error_response(request, 404, {"code": "not_found", "message": str(error) or "not found"})
+
+
+@api.exception_handler(RequestDataTooBig)
+def on_too_big(request: HttpRequest, error: RequestDataTooBig) -> HttpResponse:
+    return error_response(
+        request, 413, {"code": "too_large", "message": "the request body is larger than allowed"}
+    )
+
+
+@api.exception_handler(HttpError)
+def on_http_error(request: HttpRequest, error: HttpError) -> HttpResponse:
+    code = "invalid_input" if error.status_code == 400 else "error"
+    return error_response(request, error.status_code, {"code": code, "message": str(error)})

@@ -1,0 +1,31 @@
+"""The bot API's pipeline routes."""
+
+from typing import Any
+
+from django.http import HttpRequest
+from ninja import Router, Schema
+from ninja.responses import codes_4xx, codes_5xx
+
+from pipelines import tools
+from pipelines import selectors
+from sandboxes.schemas import ErrorOut
+
+router = Router(tags=["pipelines"])
+
+
+class ToolsOut(Schema):
+    pipeline: str
+    system_prompt: str
+    openai: list[dict[str, Any]]
+    anthropic: list[dict[str, Any]]
+    calls: list[dict[str, Any]]
+
+
+@router.get(
+    "/pipelines/{slug}/tools",
+    response={200: ToolsOut, codes_4xx: ErrorOut, codes_5xx: ErrorOut},
+    summary="Tool definitions and system prompt for an LLM",
+)
+def pipeline_tools(request: HttpRequest, slug: str) -> dict[str, Any]:
+    pipeline = selectors.pipeline_for(request.auth, slug)  # type: ignore[attr-defined]
+    return tools.tools_document(pipeline)

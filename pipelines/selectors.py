@@ -1,0 +1,57 @@
+"""Who is calling, and which pipelines they may touch."""
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from boxyard.actors import Actor
+from boxyard.errors import NotFound
+from pipelines.models import Pipeline, PipelineToken, hash_token
+
+# last_used_at is written at most this often per token, not on every call.
+_TOKEN_TOUCH_INTERVAL = timedelta(seconds=30)
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: a pipeline's token (one pipeline) or an admin (every pipeline)."""
+
+    actor: Actor
+    pipeline: Pipeline | None  # None: an admin, allowed on every pipeline
+
+    @property
+    def is_admin(self) -> bool:
+        return self.pipeline is None
+
+
+def principal_for_token(token: str) -> Principal | None:
+    row = (
+        PipelineToken.objects.active()
+        .select_related("pipeline")
+        .filter(digest=hash_token(token))
+        .first()
+    )
+    if row is None:
+        return None
+    if row.last_used_at is None or timezone.now() - row.last_used_at > _TOKEN_TOUCH_INTERVAL:
+        PipelineToken.objects.filter(pk=row.pk).update(last_used_at=Now())
+    return Principal(actor=Actor("bot", f"{row.pipeline.slug}/{row.prefix}"), pipeline=row.pipeline)
+
+
+def principal_for_user(user: object) -> Principal | None:
+    if getattr(user, "is_active", False) and getattr(user, "is_staff", False):
+        return Principal(actor=Actor("admin", user.get_username()), pipeline=None)  # type: ignore[attr-defined]
+    return None
+
+
+def pipeline_for(principal: Principal, slug: str) -> Pipeline:
+    if principal.pipeline is not None:
+        if principal.pipeline.slug != slug:
+            raise NotFound(f"no pipeline {slug!r}")
+        return principal.pipeline
+    pipeline = Pipeline.objects.filter(slug=slug).first()
+    if pipeline is None:
+        raise NotFound(f"no pipeline {slug!r}")
+    return pipeline

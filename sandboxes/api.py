@@ -1,0 +1,386 @@
+"""The bot API's sandbox routes: parse, authorize, call one service, render."""
+
+import base64
+import functools
+import time
+from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import close_old_connections
+from django.http import HttpRequest
+from ninja import Field, Query, Router, Schema
+from ninja.responses import codes_4xx, codes_5xx
+
+from boxyard.errors import InvalidInput, InvalidState
+from sandboxes import selectors, services
+from sandboxes.models import Exec, ExecState, Sandbox
+from sandboxes.schemas import (
+    CloseOut,
+    ErrorOut,
+    DeleteOut,
+    EntryOut,
+    ExecIn,
+    ExecOut,
+    ExecOutputOut,
+    Fencing,
+    KillOut,
+    LeaseOut,
+    ListOut,
+    OpenIn,
+    OpenOut,
+    ReadOut,
+    SandboxListOut,
+    SandboxOut,
+    SessionListOut,
+    SessionOut,
+    WaitIn,
+    WaitOut,
+    WriteIn,
+    WriteOut,
+)
+from sandboxes.selectors import Principal
+from sandboxes.services.compute import run_code
+
+router = Router(tags=["sandboxes"])
+
+# Sandbox calls block on the engine (an exec may take minutes), so they run in a pool of their
+# own: under ASGI a plain sync view would share Django's single sync thread and one slow exec
+# would hold up every other request.
+_pool = ThreadPoolExecutor(max_workers=settings.BOXYARD_API_THREADS, thread_name_prefix="sandbox-api")
+
+
+def _with_fresh_connection(view: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    close_old_connections()  # honour CONN_MAX_AGE and drop broken connections in pool threads
+    try:
+        return view(*args, **kwargs)
+    finally:
+        close_old_connections()
+
+
+def offloaded(view: Callable[..., Any]) -> Callable[..., Coroutine[Any, Any, Any]]:
+    """Serve a blocking view from the sandbox pool (ninja reads the signature it wraps)."""
+
+    @functools.wraps(view)
+    async def run(*args: Any, **kwargs: Any) -> Any:
+        call = sync_to_async(_with_fresh_connection, thread_sensitive=False, executor=_pool)
+        return await call(view, *args, **kwargs)
+
+    return run
+
+
+def responds(schema: type) -> dict:
+    """The success shape, and the error shape every failure has (documented for clients)."""
+    return {200: schema, codes_4xx: ErrorOut, codes_5xx: ErrorOut}
+
+
+def principal(request: HttpRequest) -> Principal:
+    return request.auth  # type: ignore[attr-defined,no-any-return]
+
+
+def render_sandbox(sandbox: Sandbox) -> dict:
+    lease = sandbox.lease
+    return {
+        "sandbox_id": sandbox.id,
+        "pipeline": sandbox.pipeline.slug,
+        "scope_key": sandbox.scope_key,
+        "status": sandbox.state,
+        "stop_reason": sandbox.stop_reason,
+        "status_detail": sandbox.status_detail,
+        "image": sandbox.image,
+        "workdir": sandbox.workdir,
+        "generation": sandbox.generation,
+        "created_at": sandbox.created_at,
+        "last_activity_at": sandbox.last_activity_at,
+        "expires_at": sandbox.expires_at,
+        "lease": render_lease(lease),
+    }
+
+
+def render_lease(lease: object) -> dict:
+    return {
+        "holder": lease.holder,  # type: ignore[attr-defined]
+        "epoch": lease.epoch,  # type: ignore[attr-defined]
+        "expires_at": lease.expires_at if lease.holder else None,  # type: ignore[attr-defined]
+    }
+
+
+def render_exec(record: Exec) -> dict:
+    return {
+        "exec_id": record.id,
+        "status": record.state,
+        "exit_code": record.exit_code,
+        "stdout": record.stdout,
+        "stderr": record.stderr,
+        "truncated": record.truncated,
+        "stdout_truncated": record.stdout_truncated,
+        "stderr_truncated": record.stderr_truncated,
+        "duration_ms": record.duration_ms,
+        "session": record.session,
+        "error": record.error,
+    }
+
+
+@router.post("/sandboxes/open", response=responds(OpenOut), summary="Get or create the sandbox of a scope")
+@offloaded
+def open_sandbox(request: HttpRequest, body: OpenIn) -> dict:
+    who = principal(request)
+    pipeline = selectors.pipeline_for(who, body.pipeline)
+    opened = services.open_sandbox(pipeline, body.variables, who.actor, holder=body.holder)
+    sandbox = selectors.sandbox_for(who, opened.sandbox.pk)
+    return {**render_sandbox(sandbox), "created": opened.created}
+
+
+@router.get("/sandboxes", response=responds(SandboxListOut), summary="The pipeline's sandboxes")
+@offloaded
+def list_sandboxes(
+    request: HttpRequest, status: str | None = None, scope_key: str | None = None
+) -> dict:
+    found = selectors.sandboxes_for(principal(request), status=status, scope_key=scope_key)
+    return {"sandboxes": [render_sandbox(sandbox) for sandbox in found]}
+
+
+@router.get("/sandboxes/{sandbox_id}", response=responds(SandboxOut), summary="One sandbox")
+@offloaded
+def get_sandbox(request: HttpRequest, sandbox_id: str) -> dict:
+    return render_sandbox(selectors.sandbox_for(principal(request), sandbox_id))
+
+
+class CloseQuery(Fencing):
+    delete_workspace: bool = False
+
+
+@router.delete("/sandboxes/{sandbox_id}", response=responds(CloseOut), summary="Close a sandbox")
+@offloaded
+def close_sandbox(request: HttpRequest, sandbox_id: str, query: Query[CloseQuery]) -> dict:
+    who = principal(request)
+    sandbox = selectors.sandbox_for(who, sandbox_id)
+    closed = services.close_sandbox(
+        sandbox, who.actor, delete_workspace=query.delete_workspace, holder=query.holder,
+        epoch=query.epoch,
+    )
+    return {"ok": True, "status": closed.state}
+
+
+@router.post("/sandboxes/{sandbox_id}/exec", response=responds(ExecOut), summary="Run a command")
+@offloaded
+def exec_command(request: HttpRequest, sandbox_id: str, body: ExecIn) -> dict:
+    who = principal(request)
+    sandbox = selectors.sandbox_for(who, sandbox_id)
+    if body.background:
+        raise InvalidInput("background", "background execs are not available yet; run in the foreground")
+    exec_request = services.clean_request(
+        sandbox, cmd=body.cmd, cwd=body.cwd, env=body.env, session=body.session,
+        timeout_seconds=body.timeout_seconds,
+    )
+    record = services.run_exec(sandbox, exec_request, who.actor, holder=body.holder, epoch=body.epoch)
+    return render_exec(record)
+
+
+@router.get("/sandboxes/{sandbox_id}/execs/{exec_id}", response=responds(ExecOut), summary="One exec")
+@offloaded
+def get_exec(request: HttpRequest, sandbox_id: str, exec_id: str) -> dict:
+    who = principal(request)
+    sandbox = selectors.sandbox_for(who, sandbox_id)
+    return render_exec(selectors.exec_for(who, sandbox, exec_id))
+
+
+class OutputQuery(Schema):
+    since_seq: int = Field(0, ge=0)
+
+
+@router.get(
+    "/sandboxes/{sandbox_id}/execs/{exec_id}/output", response=responds(ExecOutputOut),
+    summary="An exec's output as numbered chunks",
+)
+@offloaded
+def exec_output(request: HttpRequest, sandbox_id: str, exec_id: str, query: Query[OutputQuery]) -> dict:
+    who = principal(request)
+    record = selectors.exec_for(who, selectors.sandbox_for(who, sandbox_id), exec_id)
+    # Numbered from 1: pass the last seq you have (0 at first) to get only what came after.
+    streams = [("stdout", record.stdout), ("stderr", record.stderr)]
+    numbered = [(stream, text) for stream, text in streams if text]
+    chunks = [
+        {"seq": seq, "stream": stream, "text": text}
+        for seq, (stream, text) in enumerate(numbered, start=1)
+        if seq > query.since_seq
+    ]
+    return {"chunks": chunks, "done": record.state != ExecState.RUNNING, "exit_code": record.exit_code}
+
+
+@router.post(
+    "/sandboxes/{sandbox_id}/execs/{exec_id}/wait", response=responds(WaitOut), summary="Wait for an exec"
+)
+@offloaded
+def exec_wait(request: HttpRequest, sandbox_id: str, exec_id: str, body: WaitIn) -> dict:
+    who = principal(request)
+    sandbox = selectors.sandbox_for(who, sandbox_id)
+    deadline = time.monotonic() + body.timeout_seconds
+    while True:
+        record = selectors.exec_for(who, sandbox, exec_id)
+        if record.state != ExecState.RUNNING or time.monotonic() >= deadline:
+            return {"done": record.state != ExecState.RUNNING, "exit_code": record.exit_code}
+        time.sleep(0.05)
+
+
+@router.post(
+    "/sandboxes/{sandbox_id}/execs/{exec_id}/kill", response=responds(KillOut), summary="Kill an exec"
+)
+@offloaded
+def exec_kill(request: HttpRequest, sandbox_id: str, exec_id: str, body: Fencing) -> dict:
+    who = principal(request)
+    record = selectors.exec_for(who, selectors.sandbox_for(who, sandbox_id), exec_id)
+    if record.state == ExecState.RUNNING:
+        raise InvalidState("only background execs can be killed, and they are not available yet")
+    return {"ok": True, "status": record.state}
+
+
+@router.put("/sandboxes/{sandbox_id}/files", response=responds(WriteOut), summary="Write a file")
+@offloaded
+def write_file(request: HttpRequest, sandbox_id: str, body: WriteIn) -> dict:
+    who = principal(request)
+    sandbox = selectors.sandbox_for(who, sandbox_id)
+    data = services.files.decode_contents(body.contents, body.contents_b64)
+    path = services.write_file(
+        sandbox, body.path, data, who.actor, mode=body.mode, overwrite=body.overwrite,
+        holder=body.holder, epoch=body.epoch,
+    )
+    return {"ok": True, "path": path, "size_bytes": len(data)}
+
+
+class ReadQuery(Schema):
+    path: str = Field(..., min_length=1, max_length=4096)
+    max_bytes: int | None = Field(None, ge=0)
+
+
+@router.get("/sandboxes/{sandbox_id}/files", response=responds(ReadOut), summary="Read a file")
+@offloaded
+def read_file(request: HttpRequest, sandbox_id: str, query: Query[ReadQuery]) -> dict:
+    sandbox = selectors.sandbox_for(principal(request), sandbox_id)
+    content = services.read_file(sandbox, query.path, query.max_bytes)
+    rendered = {
+        "path": services.files.workspace_path(query.path),
+        "truncated": content.truncated,
+        "size_bytes": content.size_bytes,
+    }
+    try:
+        rendered["contents"] = content.data.decode("utf-8")
+    except UnicodeDecodeError:
+        rendered["contents_b64"] = base64.b64encode(content.data).decode()
+    return rendered
+
+
+class ListQuery(Schema):
+    path: str = Field("/workspace", min_length=1, max_length=4096)
+    recursive: bool = False
+
+
+@router.get("/sandboxes/{sandbox_id}/files/list", response=responds(ListOut), summary="List a directory")
+@offloaded
+def list_files(request: HttpRequest, sandbox_id: str, query: Query[ListQuery]) -> dict:
+    sandbox = selectors.sandbox_for(principal(request), sandbox_id)
+    entries, truncated = services.list_files(sandbox, query.path, query.recursive)
+    return {"entries": [EntryOut(**entry.__dict__) for entry in entries], "truncated": truncated}
+
+
+class DeleteQuery(Fencing):
+    path: str = Field(..., min_length=1, max_length=4096)
+    recursive: bool = False
+
+
+@router.delete("/sandboxes/{sandbox_id}/files", response=responds(DeleteOut), summary="Delete a file")
+@offloaded
+def delete_file(request: HttpRequest, sandbox_id: str, query: Query[DeleteQuery]) -> dict:
+    who = principal(request)
+    sandbox = selectors.sandbox_for(who, sandbox_id)
+    deleted = services.delete_file(
+        sandbox, query.path, who.actor, recursive=query.recursive, holder=query.holder,
+        epoch=query.epoch,
+    )
+    return {"ok": True, "deleted": deleted}
+
+
+@router.get("/sandboxes/{sandbox_id}/sessions", response=responds(SessionListOut), summary="Shell sessions")
+@offloaded
+def list_sessions(request: HttpRequest, sandbox_id: str) -> dict:
+    sandbox = selectors.sandbox_for(principal(request), sandbox_id)
+    env = dict(sandbox.pipeline.env or {})
+    return {"sessions": [SessionOut(name="default", cwd=sandbox.workdir, env=env)]}
+
+
+@router.post("/sandboxes/{sandbox_id}/lease/renew", response=responds(LeaseOut), summary="Renew the lease")
+@offloaded
+def renew_lease(request: HttpRequest, sandbox_id: str, body: Fencing) -> dict:
+    who = principal(request)
+    sandbox = selectors.sandbox_for(who, sandbox_id)
+    return render_lease(services.renew_lease(sandbox, who.actor, holder=body.holder, epoch=body.epoch))
+
+
+@router.post("/sandboxes/{sandbox_id}/lease/release", response=responds(LeaseOut), summary="Release the lease")
+@offloaded
+def release_lease(request: HttpRequest, sandbox_id: str, body: Fencing) -> dict:
+    who = principal(request)
+    sandbox = selectors.sandbox_for(who, sandbox_id)
+    lease = services.release_lease(
+        sandbox, who.actor, holder=body.holder, epoch=body.epoch, force=who.is_admin
+    )
+    return render_lease(lease)
+
+
+class TakeoverIn(Schema):
+    holder: str | None = Field(None, max_length=200)
+    reason: str = Field("", max_length=200)
+
+
+@router.post("/sandboxes/{sandbox_id}/lease/takeover", response=responds(LeaseOut), summary="Take the lease over")
+@offloaded
+def takeover_lease(request: HttpRequest, sandbox_id: str, body: TakeoverIn) -> dict:
+    who = principal(request)
+    sandbox = selectors.sandbox_for(who, sandbox_id)
+    lease = services.takeover_lease(sandbox, who.actor, holder=body.holder, reason=body.reason)
+    return render_lease(lease)
+
+
+class RunIn(Schema):
+    pipeline: str = Field(..., min_length=1, max_length=50)
+    language: str = Field(..., description="python, bash or sh")
+    code: str
+    files: dict[str, str] | None = Field(None, description="More files: path → text")
+    env: dict[str, str] | None = None
+    timeout_seconds: int | None = Field(None, ge=1)
+
+
+class RunOut(Schema):
+    ok: bool
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    truncated: bool
+    duration_ms: int
+    status: str
+    error: str
+
+
+@router.post("/run", response=responds(RunOut), summary="Compute mode: run code once in a fresh sandbox")
+@offloaded
+def run(request: HttpRequest, body: RunIn) -> dict:
+    who = principal(request)
+    pipeline = selectors.pipeline_for(who, body.pipeline)
+    result = run_code(
+        pipeline, who.actor, language=body.language, code=body.code, files_in=body.files,
+        env=body.env, timeout_seconds=body.timeout_seconds,
+    )
+    record = result.exec
+    return {
+        "ok": result.ok,
+        "exit_code": record.exit_code,
+        "stdout": record.stdout,
+        "stderr": record.stderr,
+        "truncated": record.truncated,
+        "duration_ms": result.duration_ms,
+        "status": record.state,
+        "error": record.error,
+    }
+

@@ -1,0 +1,177 @@
+"""Request and response shapes of the bot API (field names follow seed 001's tool schemas).
+
+Types here are what the OpenAPI document promises; the services check the meaning (paths
+inside /workspace, limits, known variables) and name the field they refuse.
+"""
+
+from datetime import datetime
+from typing import Literal
+from uuid import UUID
+
+from ninja import Field, Schema
+from pydantic import StrictInt, StrictStr
+
+VariableValue = StrictStr | StrictInt
+
+
+class ErrorBody(Schema):
+    code: str
+    message: str
+    field: str | None = None
+
+
+class ErrorOut(Schema):
+    error: ErrorBody
+
+
+class Fencing(Schema):
+    """Optional on every call that changes a sandbox: who acts, and the epoch it holds."""
+
+    holder: str | None = Field(None, max_length=200, description="Defaults to the scope key.")
+    epoch: int | None = Field(None, ge=0, description="Refused if the lease has moved on.")
+
+
+class LeaseOut(Schema):
+    holder: str
+    epoch: int
+    expires_at: datetime | None
+
+
+class SandboxOut(Schema):
+    sandbox_id: UUID
+    pipeline: str
+    scope_key: str
+    status: str
+    stop_reason: str
+    status_detail: str
+    image: str
+    workdir: str
+    generation: int
+    created_at: datetime
+    last_activity_at: datetime | None
+    expires_at: datetime | None
+    lease: LeaseOut
+
+
+class OpenIn(Schema):
+    pipeline: str = Field(..., min_length=1, max_length=50, description="The pipeline's slug.")
+    variables: dict[str, VariableValue | None] = Field(
+        default_factory=dict,
+        description="Chat variables (launcher_type, launcher_id, sender_id, conversation_id, "
+        "query_id, user_id, task_id, workflow_run_id, session_key); the pipeline's scope "
+        "template decides which are needed.",
+    )
+    holder: str | None = Field(None, max_length=200)
+
+
+class OpenOut(SandboxOut):
+    created: bool
+
+
+class SandboxListOut(Schema):
+    sandboxes: list[SandboxOut]
+
+
+class ExecIn(Fencing):
+    cmd: list[StrictStr] | StrictStr = Field(..., description="argv list, or a shell string")
+    cwd: str | None = Field(None, description="Default /workspace; relative paths are under it.")
+    env: dict[str, StrictStr] | None = None
+    session: str | None = Field(None, description="Shell session name (default 'default').")
+    timeout_seconds: int | None = Field(None, ge=1)
+    background: bool = False
+
+
+class ExecOut(Schema):
+    exec_id: UUID
+    status: str
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    truncated: bool
+    stdout_truncated: bool
+    stderr_truncated: bool
+    duration_ms: int | None
+    session: str
+    error: str
+
+
+class Chunk(Schema):
+    seq: int
+    stream: Literal["stdout", "stderr"]
+    text: str
+
+
+class ExecOutputOut(Schema):
+    chunks: list[Chunk]
+    done: bool
+    exit_code: int | None
+
+
+class WaitIn(Schema):
+    timeout_seconds: float = Field(30, ge=0, le=900)
+
+
+class WaitOut(Schema):
+    done: bool
+    exit_code: int | None
+
+
+class KillOut(Schema):
+    ok: bool
+    status: str
+
+
+class WriteIn(Fencing):
+    path: str = Field(..., min_length=1, max_length=4096)
+    contents: str | None = None
+    contents_b64: str | None = None
+    mode: str | None = Field(None, description="Octal permissions, default '0644'.")
+    overwrite: bool = True
+
+
+class WriteOut(Schema):
+    ok: bool
+    path: str
+    size_bytes: int
+
+
+class ReadOut(Schema):
+    path: str
+    contents: str | None = None
+    contents_b64: str | None = None
+    truncated: bool
+    size_bytes: int
+
+
+class EntryOut(Schema):
+    path: str
+    name: str
+    type: str
+    size: int
+    mode: str
+    mtime_unix: int
+
+
+class ListOut(Schema):
+    entries: list[EntryOut]
+    truncated: bool
+
+
+class DeleteOut(Schema):
+    ok: bool
+    deleted: str
+
+
+class CloseOut(Schema):
+    ok: bool
+    status: str
+
+
+class SessionOut(Schema):
+    name: str
+    cwd: str
+    env: dict[str, str]
+
+
+class SessionListOut(Schema):
+    sessions: list[SessionOut]

@@ -1,0 +1,62 @@
+"""Permission-checked fetches shared by the API, the dashboard and the consumers.
+
+A principal sees its own pipeline's objects only; anything else is "not found", never
+"forbidden", so ids of other pipelines' sandboxes leak nothing.
+"""
+
+from uuid import UUID
+
+from boxyard.errors import InvalidInput, NotFound
+from pipelines.selectors import Principal, pipeline_for, principal_for_token, principal_for_user
+from sandboxes.models import Exec, Sandbox, State
+
+__all__ = [
+    "Principal",
+    "exec_for",
+    "pipeline_for",
+    "principal_for_token",
+    "principal_for_user",
+    "sandbox_for",
+    "sandboxes_for",
+]
+
+def _parse_id(value: object, what: str) -> UUID:
+    try:
+        return value if isinstance(value, UUID) else UUID(str(value))
+    except ValueError:
+        raise NotFound(f"no {what} {value!r}") from None
+
+
+def sandbox_for(principal: Principal, sandbox_id: object) -> Sandbox:
+    queryset = Sandbox.objects.select_related("pipeline", "lease")
+    if principal.pipeline is not None:
+        queryset = queryset.filter(pipeline=principal.pipeline)
+    sandbox = queryset.filter(pk=_parse_id(sandbox_id, "sandbox")).first()
+    if sandbox is None:
+        raise NotFound(f"no sandbox {sandbox_id}")
+    return sandbox
+
+
+def sandboxes_for(
+    principal: Principal, *, status: str | None = None, scope_key: str | None = None,
+    limit: int = 200,
+) -> list[Sandbox]:
+    queryset = Sandbox.objects.select_related("pipeline", "lease")
+    if principal.pipeline is not None:
+        queryset = queryset.filter(pipeline=principal.pipeline)
+    if status:
+        if status not in State.values:
+            raise InvalidInput("status", f"must be one of {', '.join(State.values)}")
+        queryset = queryset.filter(state=status)
+    else:
+        queryset = queryset.live()
+    if scope_key is not None:
+        queryset = queryset.filter(scope_key=scope_key)
+    return list(queryset.order_by("-created_at")[:limit])
+
+
+def exec_for(principal: Principal, sandbox: Sandbox, exec_id: object) -> Exec:
+    record = Exec.objects.filter(sandbox=sandbox, pk=_parse_id(exec_id, "exec")).first()
+    if record is None:
+        raise NotFound(f"no exec {exec_id} in this sandbox")
+    return record

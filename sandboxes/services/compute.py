@@ -1,0 +1,99 @@
+"""Compute mode: one run in a fresh sandbox that is destroyed afterwards, whatever happens."""
+
+import posixpath
+import time
+import uuid
+from dataclasses import dataclass
+
+from django.db import transaction
+
+from boxyard.errors import InvalidInput
+from pipelines.models import Pipeline, Retention
+from sandboxes.models import Exec, Lease, Sandbox, State, StopReason
+from sandboxes.services import containers, events, files
+from boxyard.actors import Actor
+from sandboxes.services.closing import close_sandbox
+from sandboxes.services.execs import clean_request, run_exec
+from sandboxes.services.opening import _check_quota
+
+LANGUAGES = {
+    "python": ("main.py", ["python3", "main.py"]),
+    "bash": ("main.sh", ["bash", "main.sh"]),
+    "sh": ("main.sh", ["sh", "main.sh"]),
+}
+MAX_FILES = 100
+
+
+@dataclass(frozen=True)
+class RunResult:
+    exec: Exec
+    duration_ms: int
+
+    @property
+    def ok(self) -> bool:
+        return self.exec.exit_code == 0 and self.exec.state == "completed"
+
+
+def run_code(
+    pipeline: Pipeline,
+    actor: Actor,
+    *,
+    language: object,
+    code: object,
+    files_in: object = None,
+    env: object = None,
+    timeout_seconds: object = None,
+) -> RunResult:
+    """Run `code` once in a new temporary sandbox of the pipeline's profile, then destroy it.
+
+    The sandbox and its workspace are removed even when the run fails or times out.
+    """
+    if not isinstance(language, str) or language not in LANGUAGES:
+        raise InvalidInput("language", f"must be one of {', '.join(LANGUAGES)}")
+    if not isinstance(code, str):
+        raise InvalidInput("code", "must be a string")
+    extra = _clean_files(files_in)
+    entry, argv = LANGUAGES[language]
+    request = clean_request(pipeline, cmd=argv, env=env, timeout_seconds=timeout_seconds)
+    started = time.monotonic()
+    with transaction.atomic():
+        Pipeline.objects.select_for_update().filter(pk=pipeline.pk).first()
+        _check_quota(pipeline)
+        sandbox = Sandbox.objects.create(
+            pipeline=pipeline,
+            scope_key=f"run:{uuid.uuid4().hex}",
+            variables={},
+            retention=Retention.TEMPORARY,
+            image=pipeline.effective_image,
+            state=State.CREATING,
+        )
+        sandbox.volume_name = containers.volume_name(sandbox)
+        sandbox.container_name = containers.container_name(sandbox)
+        sandbox.save(update_fields=["volume_name", "container_name"])
+        Lease.objects.create(sandbox=sandbox)
+        events.record(actor, "sandbox.created", sandbox=sandbox, mode="compute")
+    try:
+        sandbox = containers.provision(sandbox, actor)
+        for path, contents in extra.items():
+            files.write_file(sandbox, path, contents.encode(), actor)
+        files.write_file(sandbox, entry, code.encode(), actor)
+        record = run_exec(sandbox, request, actor)
+    finally:
+        close_sandbox(sandbox, actor, delete_workspace=True, reason=StopReason.CLOSED, force=True)
+    return RunResult(exec=record, duration_ms=int((time.monotonic() - started) * 1000))
+
+
+def _clean_files(files_in: object) -> dict[str, str]:
+    if files_in is None:
+        return {}
+    if not isinstance(files_in, dict) or len(files_in) > MAX_FILES:
+        raise InvalidInput("files", f"must be an object of at most {MAX_FILES} path → text")
+    cleaned = {}
+    for path, contents in files_in.items():
+        target = files.workspace_path(path, field="files")
+        if posixpath.basename(target) in ("main.py", "main.sh") and posixpath.dirname(target) == "/workspace":
+            raise InvalidInput("files", f"{path} would be replaced by the code to run")
+        if not isinstance(contents, str):
+            raise InvalidInput(f"files.{path}", "must be text")
+        cleaned[target] = contents
+    return cleaned
