@@ -198,9 +198,11 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def print_environment(env: dict[str, Any]) -> None:
+def print_environment(
+    env: dict[str, Any], title: str = "Boxyard core benchmark", more_versions: str = ""
+) -> None:
     rootless = ", rootless" if env["rootless_docker"] else ""
-    print("Boxyard core benchmark")
+    print(title)
     print(f"  date      {env['date']}")
     print(f"  cpu       {env['cpu_model']} x {env['cpu_count']}")
     print(f"  kernel    {env['kernel']}")
@@ -210,7 +212,7 @@ def print_environment(env: dict[str, Any]) -> None:
     )
     print(
         f"  python    {env['python']}, Django {env['django']}, docker-py {env['docker_py']}, "
-        f"SQLite {env['sqlite']}"
+        f"SQLite {env['sqlite']}{more_versions}"
     )
     print()
 

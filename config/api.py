@@ -4,11 +4,14 @@ from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse
+import json
+
 from ninja import NinjaAPI
+from ninja.parser import Parser
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import APIKeyCookie, HttpBearer
 
-from boxyard.errors import BoxyardError, RuntimeUnavailable
+from boxyard.errors import BoxyardError, InvalidInput, RuntimeUnavailable
 from pipelines.api import router as pipelines_router
 from sandboxes.api import router as sandboxes_router
 from sandboxes.selectors import Principal, principal_for_token, principal_for_user
@@ -30,6 +33,37 @@ class StaffSession(APIKeyCookie):
         return principal_for_user(request.user)
 
 
+class StrictJSON(Parser):
+    """JSON bodies whose every string is real Unicode.
+
+    JSON may spell a lone surrogate ("\\ud800"), which no UTF-8 text, file, database or
+    process argument can hold: refuse it here, once, instead of in every field.
+    """
+
+    def parse_body(self, request: HttpRequest) -> dict[str, Any]:
+        try:
+            data = json.loads(request.body)
+        except (ValueError, UnicodeDecodeError) as error:
+            raise InvalidInput("body", f"is not valid JSON ({error})") from None
+        _require_unicode(data)
+        return data  # type: ignore[no-any-return]
+
+
+def _require_unicode(value: Any, where: str = "body") -> None:
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidInput(where, "holds a lone surrogate escape; send valid Unicode") from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _require_unicode(key, where)
+            _require_unicode(item, f"{where}.{key}" if where != "body" else str(key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _require_unicode(item, f"{where}[{index}]")
+
+
 api = NinjaAPI(
     title="Boxyard bot API",
     version="1",
@@ -39,6 +73,7 @@ api = NinjaAPI(
     openapi_url="/openapi.json",
     docs_url="/docs",
     auth=[PipelineToken(), StaffSession()],
+    parser=StrictJSON(),
 )
 api.add_router("", sandboxes_router)
 api.add_router("", pipelines_router)
@@ -69,16 +104,21 @@ def on_validation_error(request: HttpRequest, error: ValidationError) -> HttpRes
 
 
 def _field_name(location: Any) -> str:
-    """`cmd` from pydantic's ("body", "body", "cmd", "list[str]"): the caller's own name for it."""
-    parts: list[str] = []
-    for part in location:
-        text = str(part)
-        if text in ("body", "query", "path") and not parts:
-            continue
-        if "[" in text or text in ("str", "int", "float", "bool", "function-after"):
-            break  # a member of a union type, not a field
-        parts.append(text)
-    return ".".join(parts) or "body"
+    """The caller's own name for a field from ninja's error location.
+
+    ("body", "body", "cmd", "list[str]") → "cmd": the source, the view's body parameter, the
+    field, then a member of a union type; ("query", "path") → "path".
+    """
+    parts = [str(part) for part in location]
+    source, rest = (parts[0], parts[1:]) if parts else ("body", [])
+    if source == "body" and rest[:1] == ["body"]:
+        rest = rest[1:]
+    names: list[str] = []
+    for part in rest:
+        if "[" in part or part in ("str", "int", "float", "bool", "function-after"):
+            break
+        names.append(part)
+    return ".".join(names) or source
 
 
 @api.exception_handler(AuthenticationError)
@@ -105,5 +145,10 @@ def on_too_big(request: HttpRequest, error: RequestDataTooBig) -> HttpResponse:
 
 @api.exception_handler(HttpError)
 def on_http_error(request: HttpRequest, error: HttpError) -> HttpResponse:
-    code = "invalid_input" if error.status_code == 400 else "error"
-    return error_response(request, error.status_code, {"code": code, "message": str(error)})
+    if isinstance(error.__cause__, BoxyardError):  # ninja wraps what our body parser raised
+        return on_boxyard_error(request, error.__cause__)
+    if error.status_code == 400:
+        body = {"code": "invalid_input", "message": f"body: {error}", "field": "body"}
+    else:
+        body = {"code": "error", "message": str(error)}
+    return error_response(request, error.status_code, body)

@@ -37,7 +37,8 @@ def principal_for_token(token: str) -> Principal | None:
         return None
     if row.last_used_at is None or timezone.now() - row.last_used_at > _TOKEN_TOUCH_INTERVAL:
         PipelineToken.objects.filter(pk=row.pk).update(last_used_at=Now())
-    return Principal(actor=Actor("bot", f"{row.pipeline.slug}/{row.prefix}"), pipeline=row.pipeline)
+    # Named by the token's row, not its prefix: other holders see this name in 409s.
+    return Principal(actor=Actor("bot", f"{row.pipeline.slug}/token-{row.pk}"), pipeline=row.pipeline)
 
 
 def principal_for_user(user: object) -> Principal | None:
@@ -51,7 +52,7 @@ def pipeline_for(principal: Principal, slug: str) -> Pipeline:
         if principal.pipeline.slug != slug:
             raise NotFound(f"no pipeline {slug!r}")
         return principal.pipeline
-    pipeline = Pipeline.objects.filter(slug=slug).first()
+    pipeline = Pipeline.objects.filter(slug=slug).first() if "\x00" not in slug else None
     if pipeline is None:
         raise NotFound(f"no pipeline {slug!r}")
     return pipeline

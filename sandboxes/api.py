@@ -16,7 +16,7 @@ from ninja.responses import codes_4xx, codes_5xx
 
 from boxyard.errors import InvalidInput, InvalidState
 from sandboxes import selectors, services
-from sandboxes.models import Exec, ExecState, Sandbox
+from sandboxes.models import Exec, ExecState, Sandbox, State
 from sandboxes.schemas import (
     CloseOut,
     ErrorOut,
@@ -306,6 +306,8 @@ def delete_file(request: HttpRequest, sandbox_id: str, query: Query[DeleteQuery]
 @offloaded
 def list_sessions(request: HttpRequest, sandbox_id: str) -> dict:
     sandbox = selectors.sandbox_for(principal(request), sandbox_id)
+    if sandbox.state == State.DESTROYED:
+        raise InvalidState("the sandbox is destroyed", state=sandbox.state)
     env = dict(sandbox.pipeline.env or {})
     return {"sessions": [SessionOut(name="default", cwd=sandbox.workdir, env=env)]}
 

@@ -51,6 +51,8 @@ def sandboxes_for(
     else:
         queryset = queryset.live()
     if scope_key is not None:
+        if "\x00" in scope_key:
+            raise InvalidInput("scope_key", "must not contain NUL characters")
         queryset = queryset.filter(scope_key=scope_key)
     return list(queryset.order_by("-created_at")[:limit])
 

@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models.functions import Now
 
-from boxyard.errors import BoxyardError, Conflict, InvalidInput, InvalidState, RuntimeFailure
+from boxyard.errors import BoxyardError, Conflict, InvalidInput, InvalidState, NotFound, RuntimeFailure
 from sandboxes import scripts
 from sandboxes.models import Sandbox
 from sandboxes.runtime import ContainerGone, ExecResult, get_runtime
@@ -96,14 +96,15 @@ def decode_contents(contents: object, contents_b64: object) -> bytes:
     return contents.encode("utf-8", errors="surrogatepass")
 
 
-def _verdict(result: ExecResult, path: str) -> None:
+def _verdict(result: ExecResult, path: str, *, listing: bool = False) -> None:
     """Turn a file script's exit code into the error it stands for."""
+    not_a_directory = path if listing else f"a parent of {path}"
     code = result.exit_code
     if code == 0:
         return
     detail = result.stderr.decode(errors="replace").strip()
     if code == scripts.NOT_FOUND:
-        raise InvalidInput("path", f"{path} does not exist", reason="not_found")
+        raise NotFound(f"{path} does not exist", field="path")
     if code == scripts.OUTSIDE:
         raise InvalidInput("path", f"{path} resolves outside /workspace (through a symlink)")
     if code == scripts.NOT_REGULAR:
@@ -113,7 +114,7 @@ def _verdict(result: ExecResult, path: str) -> None:
     if code == scripts.IS_DIRECTORY:
         raise InvalidInput("path", f"{path} is a directory")
     if code == scripts.NOT_DIRECTORY:
-        raise InvalidInput("path", f"a parent of {path} is not a directory")
+        raise InvalidInput("path", f"{not_a_directory} is not a directory")
     if code == scripts.NOT_EMPTY:
         raise InvalidInput("recursive", f"{path} is a directory that is not empty; pass recursive")
     if "No space left" in detail or "Disk quota" in detail:
@@ -282,7 +283,7 @@ def list_files(sandbox: Sandbox, path: object = None, recursive: object = False)
         _reader(sandbox),
         output_limit=MAX_LIST_ENTRIES * 512,
     )
-    _verdict(result, target)
+    _verdict(result, target, listing=True)
     entries = _parse_listing(result.stdout.decode("utf-8", errors="surrogateescape"))
     truncated = result.stdout_truncated or len(entries) > MAX_LIST_ENTRIES
     if result.stdout_truncated and entries:

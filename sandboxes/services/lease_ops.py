@@ -2,7 +2,7 @@
 
 from django.db import transaction
 
-from boxyard.errors import InvalidState
+from boxyard.errors import InvalidInput, InvalidState
 from sandboxes.models import Lease, Sandbox, State
 from sandboxes.services import leases
 from boxyard.actors import Actor
@@ -37,6 +37,8 @@ def release_lease(sandbox: Sandbox, actor: Actor, *, holder: str | None = None,
 def takeover_lease(sandbox: Sandbox, actor: Actor, *, holder: str | None = None,
                    reason: str = "") -> Lease:
     """Take the lease whoever holds it; the previous holder's calls get 423 until released."""
+    if not isinstance(reason, str) or len(reason) > 200 or any(ord(ch) < 32 for ch in reason):
+        raise InvalidInput("reason", "must be at most 200 printable characters")
     with transaction.atomic():
         sandbox = _locked(sandbox)
         return leases.takeover(sandbox, leases.clean_holder(holder or str(actor), sandbox), actor,

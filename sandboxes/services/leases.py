@@ -142,7 +142,9 @@ def release(
         if lease.holder != holder:
             _refuse(lease, holder)
         if epoch is not None and epoch != lease.epoch:
-            raise StaleEpoch(f"epoch {epoch} is stale; the lease is at epoch {lease.epoch}")
+            raise StaleEpoch(
+                f"epoch {epoch} is stale; the lease is at epoch {lease.epoch}", epoch=lease.epoch
+            )
     previous = lease.holder
     lease.holder = ""
     lease.expires_at = None

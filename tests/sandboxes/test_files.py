@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from boxyard.errors import Conflict, InvalidInput, LeaseBusy
+from boxyard.errors import Conflict, InvalidInput, LeaseBusy, NotFound
 from sandboxes import services
 from sandboxes.models import Event
 from tests.conftest import CHAT
@@ -85,7 +85,7 @@ def test_delete_file_and_directory(sandbox, bot) -> None:
         services.delete_file(sandbox, "d", bot)
     services.delete_file(sandbox, "d", bot, recursive=True)
     assert services.list_files(sandbox)[0] == []
-    with pytest.raises(InvalidInput, match="does not exist"):
+    with pytest.raises(NotFound, match="does not exist"):
         services.delete_file(sandbox, "d", bot)
     with pytest.raises(InvalidInput, match="workspace itself"):
         services.delete_file(sandbox, "/workspace", bot, recursive=True)

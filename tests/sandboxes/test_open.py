@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from boxyard.errors import InvalidInput, QuotaExceeded
+from boxyard.errors import InvalidInput, NotFound, QuotaExceeded
 from sandboxes import services
 from sandboxes.models import Event, Sandbox, State
 from sandboxes.runtime import (
@@ -153,7 +153,7 @@ def test_close_deleting_the_workspace_destroys_it(pipeline, bot, docker_engine) 
     assert sandbox.volume_name not in docker_engine.list_volumes({"io.boxyard.deployment": DEPLOYMENT})
     fresh = services.open_sandbox(pipeline, CHAT, bot)
     assert fresh.created and fresh.sandbox.pk != sandbox.pk
-    with pytest.raises(InvalidInput, match="does not exist"):
+    with pytest.raises(NotFound, match="does not exist"):
         services.read_file(fresh.sandbox, "notes.txt")
 
 

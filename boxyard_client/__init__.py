@@ -1,0 +1,81 @@
+"""A typed Python client for Boxyard's bot API (`/api/v1`), blocking and asyncio.
+
+    from boxyard_client import BoxyardClient, LeaseBusy
+
+    with BoxyardClient("http://localhost:8000", token) as boxyard:
+        box = boxyard.open("support", {"launcher_type": "group", "launcher_id": "42"})
+        boxyard.write_file(box.sandbox_id, "hello.sh", "echo hello $1")
+        print(boxyard.exec(box.sandbox_id, "sh hello.sh world").stdout)
+
+It needs only httpx; it does not import the server's code.
+"""
+
+from boxyard_client._async import AsyncBoxyardClient
+from boxyard_client._endpoints import Call
+from boxyard_client._models import (
+    DeleteResult,
+    ExecOutput,
+    ExecResult,
+    FileContents,
+    FileEntry,
+    FileList,
+    Lease,
+    OpenedSandbox,
+    OutputChunk,
+    RunResult,
+    Sandbox,
+    Session,
+    StatusResult,
+    Tools,
+    WaitResult,
+    WriteResult,
+)
+from boxyard_client._sync import BoxyardClient
+from boxyard_client.errors import (
+    BadRequest,
+    BoxyardAPIError,
+    Conflict,
+    InvalidState,
+    LeaseBusy,
+    NotFound,
+    PayloadTooLarge,
+    QuotaExceeded,
+    ServiceUnavailable,
+    StaleEpoch,
+    TakenOver,
+    Unauthorized,
+)
+
+__all__ = [
+    "AsyncBoxyardClient",
+    "BadRequest",
+    "BoxyardAPIError",
+    "BoxyardClient",
+    "Call",
+    "Conflict",
+    "DeleteResult",
+    "ExecOutput",
+    "ExecResult",
+    "FileContents",
+    "FileEntry",
+    "FileList",
+    "InvalidState",
+    "Lease",
+    "LeaseBusy",
+    "NotFound",
+    "OpenedSandbox",
+    "OutputChunk",
+    "PayloadTooLarge",
+    "QuotaExceeded",
+    "RunResult",
+    "Sandbox",
+    "ServiceUnavailable",
+    "Session",
+    "StaleEpoch",
+    "StatusResult",
+    "TakenOver",
+    "Tools",
+    "Unauthorized",
+    "WaitResult",
+    "WriteResult",
+]

@@ -1,0 +1,219 @@
+"""What the bot API answers, as small frozen dataclasses.
+
+`from_json` builds any of them from a decoded JSON object: it reads the fields the dataclass
+declares (by their type hints), ignores fields it does not know (the server may add some) and
+leaves a missing field at its default.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeVar, Union
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Lease:
+    """Who controls a sandbox: `holder` ("" when free) and the fencing `epoch`."""
+
+    holder: str
+    epoch: int
+    expires_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    sandbox_id: str
+    pipeline: str
+    scope_key: str
+    status: str
+    image: str
+    workdir: str
+    lease: Lease
+    stop_reason: str = ""
+    status_detail: str = ""
+    generation: int = 0
+    created_at: datetime | None = None
+    last_activity_at: datetime | None = None
+    expires_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class OpenedSandbox(Sandbox):
+    """`open`'s answer: the sandbox, and whether this call created it."""
+
+    created: bool = False
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    exec_id: str
+    status: str
+    exit_code: int | None
+    stdout: str = ""
+    stderr: str = ""
+    truncated: bool = False
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    duration_ms: int | None = None
+    session: str = ""
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """The command ran to its end and exited 0."""
+        return self.status == "completed" and self.exit_code == 0
+
+
+@dataclass(frozen=True)
+class OutputChunk:
+    seq: int
+    stream: str
+    text: str
+
+
+@dataclass(frozen=True)
+class ExecOutput:
+    chunks: tuple[OutputChunk, ...]
+    done: bool
+    exit_code: int | None = None
+
+    def text(self, stream: str = "stdout") -> str:
+        return "".join(chunk.text for chunk in self.chunks if chunk.stream == stream)
+
+
+@dataclass(frozen=True)
+class WaitResult:
+    done: bool
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True)
+class StatusResult:
+    """`close` and `exec_kill`: done, and the state the sandbox or exec is in now."""
+
+    ok: bool
+    status: str
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    ok: bool
+    path: str
+    size_bytes: int
+
+
+@dataclass(frozen=True)
+class FileContents:
+    """A file read back: `data` always holds the bytes, `text` decodes them as UTF-8."""
+
+    path: str
+    data: bytes
+    size_bytes: int
+    truncated: bool = False
+
+    @property
+    def text(self) -> str:
+        return self.data.decode("utf-8", errors="replace")
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> FileContents:
+        if body.get("contents_b64") is not None:
+            data = base64.b64decode(body["contents_b64"])
+        else:
+            data = (body.get("contents") or "").encode("utf-8")
+        return cls(
+            path=body["path"], data=data, size_bytes=body["size_bytes"],
+            truncated=body.get("truncated", False),
+        )
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    path: str
+    name: str
+    type: str
+    size: int
+    mode: str
+    mtime_unix: int
+
+
+@dataclass(frozen=True)
+class FileList:
+    entries: tuple[FileEntry, ...]
+    truncated: bool = False
+
+    @property
+    def paths(self) -> list[str]:
+        return [entry.path for entry in self.entries]
+
+
+@dataclass(frozen=True)
+class DeleteResult:
+    ok: bool
+    deleted: str
+
+
+@dataclass(frozen=True)
+class Session:
+    name: str
+    cwd: str
+    env: dict[str, str]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    ok: bool
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    duration_ms: int
+    truncated: bool = False
+    status: str = ""
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Tools:
+    """A pipeline's tool definitions for an LLM (OpenAI and Anthropic formats) and its prompt."""
+
+    pipeline: str
+    system_prompt: str
+    openai: tuple[dict[str, Any], ...] = ()
+    anthropic: tuple[dict[str, Any], ...] = ()
+    calls: tuple[dict[str, Any], ...] = ()
+
+
+def from_json(cls: type[T], body: Any) -> T:
+    """Build dataclass `cls` from a JSON object, converting nested values by the type hints."""
+    hints = typing.get_type_hints(cls)
+    values = {
+        field.name: _convert(hints[field.name], body[field.name])
+        for field in dataclasses.fields(cls)  # type: ignore[arg-type]
+        if field.name in body
+    }
+    return cls(**values)
+
+
+def _convert(hint: Any, value: Any) -> Any:
+    origin = typing.get_origin(hint)
+    if value is None:
+        return None
+    if origin in (Union, types.UnionType):
+        members = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+        return _convert(members[0], value) if len(members) == 1 else value
+    if origin is tuple:
+        return tuple(_convert(typing.get_args(hint)[0], item) for item in value)
+    if hint is datetime:
+        return datetime.fromisoformat(value)
+    if hint is str:
+        return str(value)  # ids come as UUID strings; keep them strings
+    if dataclasses.is_dataclass(hint):
+        return from_json(typing.cast(type, hint), value)
+    return value
