@@ -2,7 +2,6 @@
 
 import base64
 import functools
-import time
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -14,9 +13,8 @@ from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 from ninja.responses import codes_4xx, codes_5xx
 
-from boxyard.errors import InvalidInput, InvalidState
 from sandboxes import selectors, services
-from sandboxes.models import Exec, ExecState, Sandbox, State
+from sandboxes.models import Exec, ExecState, Sandbox
 from sandboxes.schemas import (
     CloseOut,
     ErrorOut,
@@ -169,11 +167,9 @@ def close_sandbox(request: HttpRequest, sandbox_id: str, query: Query[CloseQuery
 def exec_command(request: HttpRequest, sandbox_id: str, body: ExecIn) -> dict:
     who = principal(request)
     sandbox = selectors.sandbox_for(who, sandbox_id)
-    if body.background:
-        raise InvalidInput("background", "background execs are not available yet; run in the foreground")
     exec_request = services.clean_request(
         sandbox, cmd=body.cmd, cwd=body.cwd, env=body.env, session=body.session,
-        timeout_seconds=body.timeout_seconds,
+        timeout_seconds=body.timeout_seconds, background=body.background,
     )
     record = services.run_exec(sandbox, exec_request, who.actor, holder=body.holder, epoch=body.epoch)
     return render_exec(record)
@@ -216,13 +212,9 @@ def exec_output(request: HttpRequest, sandbox_id: str, exec_id: str, query: Quer
 @offloaded
 def exec_wait(request: HttpRequest, sandbox_id: str, exec_id: str, body: WaitIn) -> dict:
     who = principal(request)
-    sandbox = selectors.sandbox_for(who, sandbox_id)
-    deadline = time.monotonic() + body.timeout_seconds
-    while True:
-        record = selectors.exec_for(who, sandbox, exec_id)
-        if record.state != ExecState.RUNNING or time.monotonic() >= deadline:
-            return {"done": record.state != ExecState.RUNNING, "exit_code": record.exit_code}
-        time.sleep(0.05)
+    record = selectors.exec_for(who, selectors.sandbox_for(who, sandbox_id), exec_id)
+    record = services.wait_exec(record, body.timeout_seconds)
+    return {"done": record.state != ExecState.RUNNING, "exit_code": record.exit_code}
 
 
 @router.post(
@@ -231,9 +223,7 @@ def exec_wait(request: HttpRequest, sandbox_id: str, exec_id: str, body: WaitIn)
 @offloaded
 def exec_kill(request: HttpRequest, sandbox_id: str, exec_id: str, body: Fencing) -> dict:
     who = principal(request)
-    record = selectors.exec_for(who, selectors.sandbox_for(who, sandbox_id), exec_id)
-    if record.state == ExecState.RUNNING:
-        raise InvalidState("only background execs can be killed, and they are not available yet")
+    record = services.kill_exec(selectors.exec_for(who, selectors.sandbox_for(who, sandbox_id), exec_id))
     return {"ok": True, "status": record.state}
 
 
@@ -306,10 +296,7 @@ def delete_file(request: HttpRequest, sandbox_id: str, query: Query[DeleteQuery]
 @offloaded
 def list_sessions(request: HttpRequest, sandbox_id: str) -> dict:
     sandbox = selectors.sandbox_for(principal(request), sandbox_id)
-    if sandbox.state == State.DESTROYED:
-        raise InvalidState("the sandbox is destroyed", state=sandbox.state)
-    env = dict(sandbox.pipeline.env or {})
-    return {"sessions": [SessionOut(name="default", cwd=sandbox.workdir, env=env)]}
+    return {"sessions": [SessionOut(**session) for session in services.list_sessions(sandbox)]}
 
 
 @router.post("/sandboxes/{sandbox_id}/lease/renew", response=responds(LeaseOut), summary="Renew the lease")

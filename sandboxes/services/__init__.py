@@ -6,7 +6,7 @@ these; none of them writes a business rule of its own.
 
 from boxyard.actors import SYSTEM, Actor
 from sandboxes.services.closing import close_sandbox
-from sandboxes.services.execs import clean_request, run_exec
+from sandboxes.services.execs import clean_request, kill_exec, list_sessions, run_exec, wait_exec
 from sandboxes.services.files import (
     delete_file,
     list_files,
@@ -24,6 +24,8 @@ __all__ = [
     "clean_request",
     "close_sandbox",
     "delete_file",
+    "kill_exec",
+    "list_sessions",
     "list_files",
     "open_file_stream",
     "open_sandbox",
@@ -32,5 +34,6 @@ __all__ = [
     "renew_lease",
     "run_exec",
     "takeover_lease",
+    "wait_exec",
     "write_file",
 ]

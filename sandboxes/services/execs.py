@@ -2,6 +2,7 @@
 
 import posixpath
 import re
+import time
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -50,6 +51,7 @@ def clean_request(
     env: object = None,
     session: object = None,
     timeout_seconds: object = None,
+    background: object = False,
 ) -> ExecRequest:
     """Check an exec request against the pipeline (or the sandbox's pipeline) it is for."""
     pipeline = target.pipeline if isinstance(target, Sandbox) else target
@@ -91,6 +93,8 @@ def clean_request(
                 raise InvalidInput(f"env.{name}", "must be a string without NUL characters")
             clean_env[name] = value
 
+    if background:
+        raise InvalidInput("background", "background execs are not available yet; run in the foreground")
     if session is None or session == "":
         session = "default"
     if session != "default":
@@ -212,3 +216,26 @@ def _finish(record: Exec) -> None:
     with transaction.atomic():
         record.save()
         Sandbox.objects.filter(pk=record.sandbox_id).update(last_activity_at=Now())
+
+
+def wait_exec(record: Exec, timeout_seconds: float) -> Exec:
+    """The exec once it has finished, or as it is when the timeout runs out."""
+    deadline = time.monotonic() + timeout_seconds
+    while record.state == ExecState.RUNNING and time.monotonic() < deadline:
+        time.sleep(0.05)
+        record.refresh_from_db()
+    return record
+
+
+def kill_exec(record: Exec) -> Exec:
+    """Kill a running exec. Foreground execs end with their request, so only a finished one
+    can be named here: that is answered with its state."""
+    if record.state == ExecState.RUNNING:
+        raise InvalidState("a foreground exec ends with its own request and cannot be killed")
+    return record
+
+
+def list_sessions(sandbox: Sandbox) -> list[dict[str, object]]:
+    if sandbox.state == State.DESTROYED:
+        raise InvalidState("the sandbox is destroyed", state=sandbox.state)
+    return [{"name": "default", "cwd": sandbox.workdir, "env": dict(sandbox.pipeline.env or {})}]
