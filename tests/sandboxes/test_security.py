@@ -64,9 +64,10 @@ def test_no_network_but_loopback(sandbox, bot) -> None:
 def test_pids_limit_stops_a_fork_bomb(make_pipeline, bot, docker_engine) -> None:
     pipeline = make_pipeline(pids_limit=64)
     sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
+    limit = sh(sandbox, bot, "cat /sys/fs/cgroup/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids/pids.max")
+    assert limit.stdout.strip() == "64"
     bomb = sh(sandbox, bot, "i=0; while [ $i -lt 200 ]; do sleep 60 & i=$((i+1)); done; echo spawned", timeout=10)
     assert "can't fork" in bomb.stderr or "Resource temporarily unavailable" in bomb.stderr
-    assert bomb.state == "timed_out" or bomb.exit_code != 0 or "spawned" in bomb.stdout
     # The limit held and the sandbox is usable again once the bomb's processes are gone.
     after = sh(sandbox, bot, "echo alive")
     assert after.stdout == "alive\n"
