@@ -40,6 +40,16 @@ class SandboxQuerySet(models.QuerySet["Sandbox"]):
     def for_pipeline(self, pipeline: Pipeline) -> "SandboxQuerySet":
         return self.filter(pipeline=pipeline)
 
+    def locked(self) -> "SandboxQuerySet":
+        """Rows locked for a state change, with their pipeline (not locked) alongside.
+
+        NO KEY UPDATE, not UPDATE: rows that merely reference the sandbox (execs, events, the
+        lease) take KEY SHARE locks on it, and a plain FOR UPDATE would queue against them and
+        deadlock concurrent operations on PostgreSQL. `of=self` keeps the joined pipeline
+        row unlocked. (SQLite ignores all of this and serializes whole transactions.)
+        """
+        return self.select_for_update(no_key=True, of=("self",)).select_related("pipeline")
+
 
 class Sandbox(models.Model):
     """One container plus its workspace, its state, its lease and its history.

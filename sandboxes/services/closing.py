@@ -24,7 +24,7 @@ def close_sandbox(
     state leaves a row that says what was meant. `force` skips the lease (admins, reaper).
     """
     with transaction.atomic():
-        sandbox = Sandbox.objects.select_for_update().select_related("pipeline").get(pk=sandbox.pk)
+        sandbox = Sandbox.objects.locked().get(pk=sandbox.pk)
         if sandbox.state == State.DESTROYED:
             raise InvalidState("the sandbox is already destroyed", state=sandbox.state)
         if not force:

@@ -9,12 +9,12 @@ from django.db import transaction
 
 from boxyard.errors import InvalidInput
 from pipelines.models import Pipeline, Retention
-from sandboxes.models import Exec, Lease, Sandbox, State, StopReason
-from sandboxes.services import containers, events, files
+from sandboxes.models import Exec, StopReason
+from sandboxes.services import containers, files
 from boxyard.actors import Actor
 from sandboxes.services.closing import close_sandbox
 from sandboxes.services.execs import clean_request, run_exec
-from sandboxes.services.opening import _check_quota
+from sandboxes.services.opening import create_row
 
 LANGUAGES = {
     "python": ("main.py", ["python3", "main.py"]),
@@ -57,21 +57,10 @@ def run_code(
     request = clean_request(pipeline, cmd=argv, env=env, timeout_seconds=timeout_seconds)
     started = time.monotonic()
     with transaction.atomic():
-        Pipeline.objects.select_for_update().filter(pk=pipeline.pk).first()
-        _check_quota(pipeline)
-        sandbox = Sandbox.objects.create(
-            pipeline=pipeline,
-            scope_key=f"run:{uuid.uuid4().hex}",
-            variables={},
-            retention=Retention.TEMPORARY,
-            image=pipeline.effective_image,
-            state=State.CREATING,
+        sandbox = create_row(
+            pipeline, f"run:{uuid.uuid4().hex}", {}, actor, retention=Retention.TEMPORARY,
+            mode="compute",
         )
-        sandbox.volume_name = containers.volume_name(sandbox)
-        sandbox.container_name = containers.container_name(sandbox)
-        sandbox.save(update_fields=["volume_name", "container_name"])
-        Lease.objects.create(sandbox=sandbox)
-        events.record(actor, "sandbox.created", sandbox=sandbox, mode="compute")
     try:
         sandbox = containers.provision(sandbox, actor)
         for path, contents in extra.items():

@@ -140,7 +140,7 @@ def run_exec(
     that lost the lease never reaches the container.
     """
     with transaction.atomic():
-        sandbox = Sandbox.objects.select_for_update().select_related("pipeline").get(pk=sandbox.pk)
+        sandbox = Sandbox.objects.locked().get(pk=sandbox.pk)
         require_running(sandbox, "exec")
         lease = leases.authorize(
             sandbox, leases.clean_holder(holder, sandbox), leases.clean_epoch(epoch), actor

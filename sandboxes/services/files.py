@@ -146,7 +146,7 @@ def _run(sandbox: Sandbox, argv: list[str], actor: Actor, *, stdin: Iterable[byt
 
 def _authorize_change(sandbox: Sandbox, holder: str | None, epoch: int | None, actor: Actor) -> Sandbox:
     """Lock, check state and lease for a mutating file operation; returns the fresh row."""
-    sandbox = Sandbox.objects.select_for_update().select_related("pipeline").get(pk=sandbox.pk)
+    sandbox = Sandbox.objects.locked().get(pk=sandbox.pk)
     require_running(sandbox, "change files")
     leases.authorize(sandbox, leases.clean_holder(holder, sandbox), leases.clean_epoch(epoch), actor)
     Sandbox.objects.filter(pk=sandbox.pk).update(last_activity_at=Now())

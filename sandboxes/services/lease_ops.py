@@ -9,7 +9,7 @@ from boxyard.actors import Actor
 
 
 def _locked(sandbox: Sandbox) -> Sandbox:
-    sandbox = Sandbox.objects.select_for_update().select_related("pipeline").get(pk=sandbox.pk)
+    sandbox = Sandbox.objects.locked().get(pk=sandbox.pk)
     if sandbox.state == State.DESTROYED:
         raise InvalidState("the sandbox is destroyed", state=sandbox.state)
     return sandbox

@@ -45,7 +45,7 @@ def clean_epoch(epoch: object) -> int | None:
 
 
 def _locked(sandbox: Sandbox) -> tuple[Lease, datetime]:
-    lease = Lease.objects.select_for_update().annotate(db_now=Now()).get(sandbox=sandbox)
+    lease = Lease.objects.select_for_update(no_key=True).annotate(db_now=Now()).get(sandbox=sandbox)
     return lease, lease.db_now  # type: ignore[attr-defined]
 
 

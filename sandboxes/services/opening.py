@@ -56,21 +56,38 @@ def _get_or_create(
     existing = Sandbox.objects.live().filter(pipeline=pipeline, scope_key=scope_key).first()
     if existing is not None:
         return existing, False
-    # Lock the pipeline so concurrent creates of different keys count the quota in turn.
-    Pipeline.objects.select_for_update().filter(pk=pipeline.pk).first()
-    _check_quota(pipeline)
     try:
-        with transaction.atomic():  # a savepoint: losing the race must not spoil the outer one
-            sandbox = Sandbox.objects.create(
-                pipeline=pipeline,
-                scope_key=scope_key,
-                variables=variables,
-                retention=pipeline.retention,
-                image=pipeline.effective_image,
-                state=State.CREATING,
-            )
-    except IntegrityError:
+        return create_row(pipeline, scope_key, variables, actor), True
+    except IntegrityError:  # a concurrent opener of the same key created it first
         return Sandbox.objects.live().get(pipeline=pipeline, scope_key=scope_key), False
+
+
+def create_row(
+    pipeline: Pipeline,
+    scope_key: str,
+    variables: dict[str, str],
+    actor: Actor,
+    *,
+    retention: str | None = None,
+    **detail: object,
+) -> Sandbox:
+    """Record a new sandbox (state creating) with its free lease, within the quotas.
+
+    Call inside a transaction. Raises QuotaExceeded, and IntegrityError when the key already
+    has a live sandbox (after rolling back only its own savepoint).
+    """
+    # Lock the pipeline so concurrent creates of different keys count the quota in turn.
+    Pipeline.objects.select_for_update(no_key=True).filter(pk=pipeline.pk).first()
+    _check_quota(pipeline)
+    with transaction.atomic():  # a savepoint: losing the race must not spoil the outer one
+        sandbox = Sandbox.objects.create(
+            pipeline=pipeline,
+            scope_key=scope_key,
+            variables=variables,
+            retention=retention or pipeline.retention,
+            image=pipeline.effective_image,
+            state=State.CREATING,
+        )
     sandbox.volume_name = containers.volume_name(sandbox)
     sandbox.container_name = containers.container_name(sandbox)
     sandbox.save(update_fields=["volume_name", "container_name"])
@@ -78,8 +95,8 @@ def _get_or_create(
         expires_at=Now() + timedelta(seconds=pipeline.ttl_seconds)
     )
     Lease.objects.create(sandbox=sandbox)
-    events.record(actor, "sandbox.created", sandbox=sandbox, scope_key=scope_key)
-    return sandbox, True
+    events.record(actor, "sandbox.created", sandbox=sandbox, scope_key=scope_key, **detail)
+    return sandbox
 
 
 def _check_quota(pipeline: Pipeline) -> None:
