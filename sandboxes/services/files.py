@@ -138,10 +138,14 @@ def _run(sandbox: Sandbox, argv: list[str], actor: Actor, *, stdin: Iterable[byt
         )
     except ContainerGone as error:
         containers.mark_gone(sandbox, error, actor)
-        raise InvalidState(
-            "the sandbox's container is gone; open the sandbox again to recreate it",
-            state=sandbox.state,
-        ) from error
+        raise _gone(sandbox) from error
+
+
+def _gone(sandbox: Sandbox) -> InvalidState:
+    return InvalidState(
+        "the sandbox's container is gone; open the sandbox again to recreate it",
+        state=sandbox.state,
+    )
 
 
 def _authorize_change(sandbox: Sandbox, holder: str | None, epoch: int | None, actor: Actor) -> Sandbox:
@@ -240,7 +244,7 @@ def open_file_stream(sandbox: Sandbox, path: object) -> tuple[int, Iterator[byte
         )
     except ContainerGone as error:
         containers.mark_gone(sandbox, error, _reader(sandbox))
-        raise
+        raise _gone(sandbox) from error
     chunks = iter(stream)
     head = b""
     for chunk in chunks:
