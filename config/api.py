@@ -1,14 +1,13 @@
 """The bot API (`/api/v1`): authentication, the one error mapping, and the routers."""
 
+import json
 from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse
-import json
-
 from ninja import NinjaAPI
-from ninja.parser import Parser
 from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.parser import Parser
 from ninja.security import APIKeyCookie, HttpBearer
 
 from boxyard.errors import BoxyardError, InvalidInput, RuntimeUnavailable

@@ -6,8 +6,7 @@ from django.http import HttpRequest
 from ninja import Router, Schema
 from ninja.responses import codes_4xx, codes_5xx
 
-from pipelines import tools
-from pipelines import selectors
+from pipelines import selectors, tools
 from sandboxes.schemas import ErrorOut
 
 router = Router(tags=["pipelines"])

@@ -17,9 +17,9 @@ from sandboxes import selectors, services
 from sandboxes.models import Exec, ExecState, Sandbox
 from sandboxes.schemas import (
     CloseOut,
-    ErrorOut,
     DeleteOut,
     EntryOut,
+    ErrorOut,
     ExecIn,
     ExecOut,
     ExecOutputOut,
@@ -195,14 +195,7 @@ class OutputQuery(Schema):
 def exec_output(request: HttpRequest, sandbox_id: str, exec_id: str, query: Query[OutputQuery]) -> dict:
     who = principal(request)
     record = selectors.exec_for(who, selectors.sandbox_for(who, sandbox_id), exec_id)
-    # Numbered from 1: pass the last seq you have (0 at first) to get only what came after.
-    streams = [("stdout", record.stdout), ("stderr", record.stderr)]
-    numbered = [(stream, text) for stream, text in streams if text]
-    chunks = [
-        {"seq": seq, "stream": stream, "text": text}
-        for seq, (stream, text) in enumerate(numbered, start=1)
-        if seq > query.since_seq
-    ]
+    chunks = services.exec_chunks(record, query.since_seq)
     return {"chunks": chunks, "done": record.state != ExecState.RUNNING, "exit_code": record.exit_code}
 
 

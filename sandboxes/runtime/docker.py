@@ -21,7 +21,9 @@ from typing import Any, ParamSpec, TypeVar
 import docker
 import docker.errors
 import requests.exceptions
-from docker.types import LogConfig, Mount as DockerMount, Ulimit
+from docker.types import LogConfig
+from docker.types import Mount as DockerMount
+from docker.types import Ulimit
 
 from boxyard.errors import RuntimeFailure, RuntimeUnavailable
 from sandboxes.runtime import (

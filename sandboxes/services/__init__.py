@@ -6,7 +6,14 @@ these; none of them writes a business rule of its own.
 
 from boxyard.actors import SYSTEM, Actor
 from sandboxes.services.closing import close_sandbox
-from sandboxes.services.execs import clean_request, kill_exec, list_sessions, run_exec, wait_exec
+from sandboxes.services.execs import (
+    clean_request,
+    exec_chunks,
+    kill_exec,
+    list_sessions,
+    run_exec,
+    wait_exec,
+)
 from sandboxes.services.files import (
     delete_file,
     list_files,
@@ -24,6 +31,7 @@ __all__ = [
     "clean_request",
     "close_sandbox",
     "delete_file",
+    "exec_chunks",
     "kill_exec",
     "list_sessions",
     "list_files",

@@ -1,10 +1,10 @@
 from django.db import transaction
 from django.db.models.functions import Now
 
+from boxyard.actors import Actor
 from boxyard.errors import BoxyardError, InvalidState
 from sandboxes.models import Lease, Sandbox, State, StopReason
 from sandboxes.services import containers, events, leases
-from boxyard.actors import Actor
 
 
 def close_sandbox(

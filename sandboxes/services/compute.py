@@ -7,11 +7,11 @@ from dataclasses import dataclass
 
 from django.db import transaction
 
+from boxyard.actors import Actor
 from boxyard.errors import InvalidInput
 from pipelines.models import Pipeline, Retention
 from sandboxes.models import Exec, StopReason
 from sandboxes.services import containers, files
-from boxyard.actors import Actor
 from sandboxes.services.closing import close_sandbox
 from sandboxes.services.execs import clean_request, run_exec
 from sandboxes.services.opening import create_row

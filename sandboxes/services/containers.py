@@ -12,6 +12,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models.functions import Now
 
+from boxyard.actors import SYSTEM, Actor
 from boxyard.errors import ImageNotAllowed, RuntimeFailure
 from pipelines.models import Pipeline, Skill, SkillMode, image_allowed
 from sandboxes.models import Sandbox, State, StopReason
@@ -30,7 +31,6 @@ from sandboxes.runtime import (
 )
 from sandboxes.scripts import WORKSPACE
 from sandboxes.services import events
-from boxyard.actors import SYSTEM, Actor
 
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]+")
 

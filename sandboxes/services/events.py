@@ -1,8 +1,8 @@
 from typing import Any
 
+from boxyard.actors import Actor
 from pipelines.models import Pipeline
 from sandboxes.models import Event, Sandbox
-from boxyard.actors import Actor
 
 
 def record(

@@ -10,13 +10,13 @@ from django.db import transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from boxyard.actors import Actor
 from boxyard.errors import InvalidInput, InvalidState, RuntimeFailure
 from pipelines.models import Pipeline
 from sandboxes.models import Exec, ExecState, Sandbox, State
 from sandboxes.runtime import ContainerGone, ExecDeadlineExceeded, get_runtime
 from sandboxes.scripts import BAD_CWD, EXEC, WORKSPACE, sh
 from sandboxes.services import containers, leases
-from boxyard.actors import Actor
 
 MAX_COMMAND_BYTES = 256 * 1024
 MAX_ENV_VARS = 200
@@ -216,6 +216,17 @@ def _finish(record: Exec) -> None:
     with transaction.atomic():
         record.save()
         Sandbox.objects.filter(pk=record.sandbox_id).update(last_activity_at=Now())
+
+
+def exec_chunks(record: Exec, since_seq: int = 0) -> list[dict[str, object]]:
+    """An exec's output as chunks numbered from 1, those after `since_seq` (0: all)."""
+    streams = [("stdout", record.stdout), ("stderr", record.stderr)]
+    numbered = [(stream, text) for stream, text in streams if text]
+    return [
+        {"seq": seq, "stream": stream, "text": text}
+        for seq, (stream, text) in enumerate(numbered, start=1)
+        if seq > since_seq
+    ]
 
 
 def wait_exec(record: Exec, timeout_seconds: float) -> Exec:

@@ -16,13 +16,20 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models.functions import Now
 
-from boxyard.errors import BoxyardError, Conflict, InvalidInput, InvalidState, NotFound, RuntimeFailure
+from boxyard.actors import Actor
+from boxyard.errors import (
+    BoxyardError,
+    Conflict,
+    InvalidInput,
+    InvalidState,
+    NotFound,
+    RuntimeFailure,
+)
 from sandboxes import scripts
 from sandboxes.models import Sandbox
 from sandboxes.runtime import ContainerGone, ExecResult, get_runtime
 from sandboxes.scripts import WORKSPACE, sh
 from sandboxes.services import containers, events, leases
-from boxyard.actors import Actor
 from sandboxes.services.execs import require_running
 
 MAX_PATH_LENGTH = 4096

@@ -2,10 +2,10 @@
 
 from django.db import transaction
 
+from boxyard.actors import Actor
 from boxyard.errors import InvalidInput, InvalidState
 from sandboxes.models import Lease, Sandbox, State
 from sandboxes.services import leases
-from boxyard.actors import Actor
 
 
 def _locked(sandbox: Sandbox) -> Sandbox:

@@ -16,10 +16,10 @@ from datetime import datetime, timedelta
 
 from django.db.models.functions import Now
 
+from boxyard.actors import Actor
 from boxyard.errors import InvalidInput, LeaseBusy, StaleEpoch, TakenOver
 from sandboxes.models import Lease, Sandbox
 from sandboxes.services import events
-from boxyard.actors import Actor
 
 MAX_HOLDER_LENGTH = 200
 

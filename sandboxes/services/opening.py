@@ -5,12 +5,12 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models.functions import Now
 
+from boxyard.actors import Actor
 from boxyard.errors import InvalidState, QuotaExceeded
 from pipelines import scope
 from pipelines.models import Pipeline
 from sandboxes.models import Lease, Sandbox, State
 from sandboxes.services import containers, events, leases
-from boxyard.actors import Actor
 
 
 @dataclass
