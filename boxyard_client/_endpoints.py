@@ -20,20 +20,25 @@ import httpx
 
 from boxyard_client._models import (
     DeleteResult,
+    ExecEvent,
     ExecOutput,
     ExecResult,
     FileContents,
     FileList,
     Lease,
     OpenedSandbox,
+    Process,
+    ProcessOutput,
     RunResult,
     Sandbox,
     Session,
     StatusResult,
+    StdinResult,
     Tools,
     WaitResult,
     WriteResult,
     from_json,
+    parse_events,
 )
 from boxyard_client.errors import BoxyardAPIError, error_from_response
 
@@ -58,10 +63,13 @@ class Call(Generic[T]):
     params: dict[str, Any] | None = None
     json: dict[str, Any] | None = None
     wait_seconds: float = 0.0  # how long the server may rightly work before it answers
+    text: bool = False  # parse the body's text, not JSON
 
     def result(self, response: httpx.Response) -> T:
         if response.status_code >= 400:
             raise error_from_response(response)
+        if self.text:
+            return self.parse(response.text)
         try:
             body = response.json()
         except ValueError:  # not the API answering: a wrong base_url, a proxy page
@@ -182,17 +190,19 @@ class Endpoints:
     def exec(
         self, sandbox_id: str, cmd: str | Sequence[str], *, cwd: str | None = None,
         env: Mapping[str, str] | None = None, session: str | None = None,
-        timeout_seconds: int | None = None, holder: str | None = None, epoch: int | None = None,
+        timeout_seconds: int | None = None, background: bool = False,
+        holder: str | None = None, epoch: int | None = None,
     ) -> Call[ExecResult]:
-        """Run `cmd` (a shell string, or an argv list) and wait for it to end."""
+        """Run `cmd` (a shell string, or an argv list) and wait for it to end; with
+        `background`, return at once (read it with exec_output, exec_wait, exec_stream)."""
         body = _compact({
             "cmd": cmd if isinstance(cmd, str) else list(cmd), "cwd": cwd,
             "env": _optional_dict(env), "session": session, "timeout_seconds": timeout_seconds,
-            "holder": holder, "epoch": epoch,
+            "background": background or None, "holder": holder, "epoch": epoch,
         })
         return Call(
             "POST", _sandbox(sandbox_id, "exec"), _parser(ExecResult), json=body,
-            wait_seconds=timeout_seconds or 0,
+            wait_seconds=0 if background else timeout_seconds or 0,
         )
 
     @endpoint
@@ -200,11 +210,24 @@ class Endpoints:
         return Call("GET", _exec(sandbox_id, exec_id), _parser(ExecResult))
 
     @endpoint
-    def exec_output(self, sandbox_id: str, exec_id: str, since_seq: int = 0) -> Call[ExecOutput]:
-        """The exec's output as numbered chunks, from `since_seq` on."""
+    def exec_output(
+        self, sandbox_id: str, exec_id: str, since_seq: int = 0, *, max_bytes: int | None = None
+    ) -> Call[ExecOutput]:
+        """The exec's output as numbered chunks after `since_seq` (the last one seen)."""
         return Call(
             "GET", _exec(sandbox_id, exec_id, "output"), _parser(ExecOutput),
-            params={"since_seq": since_seq},
+            params=_compact({"since_seq": since_seq, "max_bytes": max_bytes}),
+        )
+
+    @endpoint
+    def exec_stream(
+        self, sandbox_id: str, exec_id: str, since_seq: int = 0, *, wait_seconds: float = 900
+    ) -> Call[list[ExecEvent]]:
+        """The exec's chunks after `since_seq` and its exit, once it has ended (the server
+        sends them as they come: read the route with an SSE client to follow it live)."""
+        return Call(
+            "GET", _exec(sandbox_id, exec_id, "stream"), parse_events,
+            params={"since_seq": since_seq}, wait_seconds=wait_seconds, text=True,
         )
 
     @endpoint
@@ -275,6 +298,75 @@ class Endpoints:
     def sessions(self, sandbox_id: str) -> Call[list[Session]]:
         """The sandbox's shell sessions."""
         return Call("GET", _sandbox(sandbox_id, "sessions"), _list_parser(Session, "sessions"))
+
+    @endpoint
+    def create_session(
+        self, sandbox_id: str, name: str, *, cwd: str | None = None,
+        env: Mapping[str, str] | None = None, holder: str | None = None, epoch: int | None = None,
+    ) -> Call[Session]:
+        """Start a shell session with its own cwd and environment (exec with `session=name`)."""
+        body = _compact({
+            "name": name, "cwd": cwd, "env": _optional_dict(env), "holder": holder, "epoch": epoch,
+        })
+        return Call("POST", _sandbox(sandbox_id, "sessions"), _parser(Session), json=body)
+
+    @endpoint
+    def delete_session(
+        self, sandbox_id: str, name: str, *, holder: str | None = None, epoch: int | None = None
+    ) -> Call[DeleteResult]:
+        """End a session's shell and whatever runs in it."""
+        return Call(
+            "DELETE", _sandbox(sandbox_id, "sessions", quote(name, safe="")),
+            _parser(DeleteResult), params=_compact({"holder": holder, "epoch": epoch}),
+        )
+
+    # --- managed processes ----------------------------------------------------------------
+    @endpoint
+    def processes(self, sandbox_id: str) -> Call[list[Process]]:
+        """The pipeline's managed processes in this sandbox."""
+        return Call(
+            "GET", _sandbox(sandbox_id, "processes"), _list_parser(Process, "processes")
+        )
+
+    @endpoint
+    def process_stdin(
+        self, sandbox_id: str, name: str, data: str | bytes = "", *, eof: bool = False,
+        holder: str | None = None, epoch: int | None = None,
+    ) -> Call[StdinResult]:
+        """Write text or bytes to the process's stdin; `eof` closes it afterwards."""
+        payload = (
+            {"data_b64": base64.b64encode(data).decode("ascii")}
+            if isinstance(data, bytes) else {"text": data}
+        )
+        return Call(
+            "POST", _sandbox(sandbox_id, "processes", quote(name, safe=""), "stdin"),
+            _parser(StdinResult),
+            json=_compact({**payload, "eof": eof or None, "holder": holder, "epoch": epoch}),
+        )
+
+    @endpoint
+    def process_output(
+        self, sandbox_id: str, name: str, since_seq: int = 0, *, generation: int | None = None,
+        max_bytes: int | None = None, wait_seconds: float = 0,
+    ) -> Call[ProcessOutput]:
+        """The process's output after `since_seq`; `wait_seconds` waits for something new."""
+        params = _compact({
+            "since_seq": since_seq, "generation": generation, "max_bytes": max_bytes,
+            "wait_seconds": wait_seconds or None,
+        })
+        return Call(
+            "GET", _sandbox(sandbox_id, "processes", quote(name, safe=""), "output"),
+            _parser(ProcessOutput), params=params, wait_seconds=wait_seconds,
+        )
+
+    @endpoint
+    def restart_process(
+        self, sandbox_id: str, name: str, *, holder: str | None = None, epoch: int | None = None
+    ) -> Call[Process]:
+        return Call(
+            "POST", _sandbox(sandbox_id, "processes", quote(name, safe=""), "restart"),
+            _parser(Process), json=_compact({"holder": holder, "epoch": epoch}),
+        )
 
     @endpoint
     def renew_lease(

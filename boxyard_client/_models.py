@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import json
 import types
 import typing
 from dataclasses import dataclass
@@ -63,6 +64,8 @@ class ExecResult:
     stderr_truncated: bool = False
     duration_ms: int | None = None
     session: str = ""
+    background: bool = False
+    session_restarted: bool = False  # the command ended its shell; the session started anew
     error: str = ""
 
     @property
@@ -78,20 +81,61 @@ class OutputChunk:
     text: str
 
 
-@dataclass(frozen=True)
-class ExecOutput:
+class _Chunked:
+    """Output as numbered chunks (`chunks`), read page by page."""
+
     chunks: tuple[OutputChunk, ...]
-    done: bool
-    exit_code: int | None = None
+
+    @property
+    def last_seq(self) -> int | None:
+        """Pass it as `since_seq` to get what comes next (None: no new chunk)."""
+        return self.chunks[-1].seq if self.chunks else None
 
     def text(self, stream: str = "stdout") -> str:
         return "".join(chunk.text for chunk in self.chunks if chunk.stream == stream)
 
 
 @dataclass(frozen=True)
+class ExecOutput(_Chunked):
+    chunks: tuple[OutputChunk, ...]
+    done: bool
+    status: str = ""
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True)
 class WaitResult:
     done: bool
+    status: str = ""
     exit_code: int | None = None
+
+
+@dataclass(frozen=True)
+class ExecEvent:
+    """One event of an exec's stream: a `chunk` of output, then its `exit`."""
+
+    event: str
+    seq: int | None = None
+    stream: str = ""
+    text: str = ""
+    exit_code: int | None = None
+    timed_out: bool | None = None
+    killed: bool | None = None
+
+
+def parse_events(text: str) -> list[ExecEvent]:
+    """Server-sent events as the stream route sends them (comments are skipped)."""
+    events = []
+    for block in text.replace("\r\n", "\n").split("\n\n"):
+        kind, data = "message", []
+        for line in block.split("\n"):
+            if line.startswith("event:"):
+                kind = line[6:].strip()
+            elif line.startswith("data:"):
+                data.append(line[5:].strip())
+        if data:
+            events.append(from_json(ExecEvent, {**json.loads("\n".join(data)), "event": kind}))
+    return events
 
 
 @dataclass(frozen=True)
@@ -165,6 +209,36 @@ class Session:
     name: str
     cwd: str
     env: dict[str, str]
+    busy: bool = False
+    started: bool = False
+
+
+@dataclass(frozen=True)
+class Process:
+    """A managed process: `state` running, backoff (restarting soon), exited or stopped."""
+
+    name: str
+    state: str
+    generation: int = 0
+    restarts: int = 0
+    pid: int | None = None
+    last_exit_code: int | None = None
+    backoff_ms: int = 0
+
+
+@dataclass(frozen=True)
+class StdinResult:
+    ok: bool
+    generation: int
+
+
+@dataclass(frozen=True)
+class ProcessOutput(_Chunked):
+    name: str
+    generation: int
+    running: bool
+    chunks: tuple[OutputChunk, ...] = ()
+    exit_code: int | None = None
 
 
 @dataclass(frozen=True)

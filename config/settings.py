@@ -203,7 +203,14 @@ BOXYARD_MAX_TTL_SECONDS = env_int("BOXYARD_MAX_TTL_SECONDS", 7 * 24 * 3600, mini
 BOXYARD_ALLOW_NETWORK = env_bool("BOXYARD_ALLOW_NETWORK", False)
 # Default cap on what one exec returns per stream.
 BOXYARD_EXEC_OUTPUT_BYTES = env_int("BOXYARD_EXEC_OUTPUT_BYTES", 256 * 1024, minimum=1024)
-# Threads serving sandbox API calls (each blocks for as long as its exec runs).
-BOXYARD_API_THREADS = env_int("BOXYARD_API_THREADS", 64, minimum=1)
+# Threads serving sandbox API calls. A call waiting for a command holds a thread (not a
+# database connection) for as long as the command runs.
+BOXYARD_API_THREADS = env_int("BOXYARD_API_THREADS", 256, minimum=1)
+# The sandbox agent (built from agent/ by bin/setup), mounted read-only into new sandboxes.
+# Without it sandboxes still work, but every exec is a fresh engine exec and only the
+# default session exists.
+BOXYARD_AGENT_BINARY = env_str("BOXYARD_AGENT_BINARY", str(BASE_DIR / "var" / "agent" / "boxyard-agent"))
+# Output an agent keeps per exec (beyond what an exec's answer carries), for later reads.
+BOXYARD_EXEC_KEEP_BYTES = env_int("BOXYARD_EXEC_KEEP_BYTES", 16 * 1024 * 1024, minimum=1024)
 # Default cap on what one file read returns.
 BOXYARD_FILE_READ_BYTES = env_int("BOXYARD_FILE_READ_BYTES", 256 * 1024, minimum=1)

@@ -112,6 +112,15 @@ class Pipeline(models.Model):
         help_text="What one exec returns per stream; more is cut and flagged truncated.",
     )
     env = models.JSONField(default=dict, blank=True, help_text="Environment for every exec.")
+    processes = models.JSONField(
+        default=list,
+        blank=True,
+        help_text=(
+            "Long-running processes every sandbox of this pipeline starts with and keeps "
+            "alive (an MCP stdio server, say): a list of {name, cmd, cwd?, env?, restart?}, "
+            "cmd an argv list or a shell string, restart (default true) with backoff."
+        ),
+    )
     system_prompt = models.TextField(default=DEFAULT_SYSTEM_PROMPT, blank=True)
 
     created_at = models.DateTimeField(auto_now_add=True)
@@ -177,8 +186,54 @@ class Pipeline(models.Model):
             for k, v in (self.env or {}).items()
         ):
             errors["env"] = "must map variable names (letters, digits, _) to string values"
+        if problem := process_problem(self.processes):
+            errors["processes"] = problem
         if errors:
             raise ValidationError(errors)
+
+
+MAX_PROCESSES = 8
+_PROCESS_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+_PROCESS_KEYS = {"name", "cmd", "cwd", "env", "restart"}
+
+
+def process_problem(processes: object) -> str:
+    """What is wrong with a pipeline's managed processes, in words ("" when nothing)."""
+    if not isinstance(processes, list):
+        return "must be a list of processes"
+    if len(processes) > MAX_PROCESSES:
+        return f"at most {MAX_PROCESSES} processes"
+    names = set()
+    for index, process in enumerate(processes):
+        where = f"process {index + 1}"
+        if not isinstance(process, dict):
+            return f"{where} must be an object with name and cmd"
+        if unknown := set(process) - _PROCESS_KEYS:
+            return f"{where} has unknown keys: {', '.join(sorted(map(str, unknown)))}"
+        name = process.get("name")
+        if not isinstance(name, str) or not _PROCESS_NAME.fullmatch(name):
+            return f"{where}: name must be 1-64 letters, digits, '.', '_' or '-'"
+        if name in names:
+            return f"{where}: the name {name!r} is used twice"
+        names.add(name)
+        cmd = process.get("cmd")
+        valid_cmd = (isinstance(cmd, str) and cmd.strip()) or (
+            isinstance(cmd, list) and cmd and all(isinstance(arg, str) for arg in cmd) and cmd[0]
+        )
+        if not valid_cmd or "\x00" in str(cmd):
+            return f"{name}: cmd must be a shell string or a non-empty argv list"
+        cwd = process.get("cwd", "/workspace")
+        if not isinstance(cwd, str) or not cwd.startswith("/") or "\x00" in cwd:
+            return f"{name}: cwd must be an absolute path"
+        env = process.get("env", {})
+        if not isinstance(env, dict) or not all(
+            isinstance(k, str) and _ENV_NAME.fullmatch(k) and isinstance(v, str) and "\x00" not in v
+            for k, v in env.items()
+        ):
+            return f"{name}: env must map variable names to string values"
+        if not isinstance(process.get("restart", True), bool):
+            return f"{name}: restart must be true or false"
+    return ""
 
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -98,9 +98,10 @@ def tool_specs() -> list[ToolSpec]:
             name="sandbox_exec",
             description=(
                 "Run a command in the sandbox and return exit_code, stdout and stderr. cmd is a "
-                "shell string (run by bash -c, so pipes, && and redirections work) or an argv "
-                "array. It runs in /workspace (or cwd) as a non-root user, without network "
-                "access unless this bot's pipeline enables it. Files under /workspace persist "
+                "shell string (run by a persistent shell, so pipes, && and redirections work, and "
+                "cd, export and functions carry over to the next command) or an argv array. It "
+                "starts in /workspace (or where an earlier cd went) as a non-root user, without "
+                "network access unless this bot's pipeline enables it. Files under /workspace persist "
                 "between calls and between messages. Output past the pipeline's limit is cut "
                 "and truncated is true: send large output to a file and read parts of it. A "
                 "command is killed at its timeout. For long jobs or servers set background: it "
@@ -122,7 +123,13 @@ def tool_specs() -> list[ToolSpec]:
                     },
                     "cwd": {
                         "type": "string",
-                        "description": "Working directory, relative to /workspace (default).",
+                        "description": "Working directory for this command only, relative to "
+                        "/workspace (default: the session's current directory).",
+                    },
+                    "session": {
+                        "type": "string",
+                        "description": "Shell session to run in (default \"default\"); sessions "
+                        "keep separate directories and variables and run side by side.",
                     },
                     "env": {
                         "type": "object",
@@ -145,7 +152,7 @@ def tool_specs() -> list[ToolSpec]:
             ),
             method="POST",
             path=_SANDBOX + "/exec",
-            body=("cmd", "cwd", "env", "timeout_seconds", "background"),
+            body=("cmd", "cwd", "env", "session", "timeout_seconds", "background"),
         ),
         ToolSpec(
             name="sandbox_exec_read",

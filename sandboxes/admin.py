@@ -2,7 +2,7 @@ from typing import Any
 
 from django.contrib import admin
 
-from sandboxes.models import Event, Exec, Lease, Sandbox
+from sandboxes.models import Event, Exec, Lease, Sandbox, ShellSession
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -34,6 +34,12 @@ class LeaseAdmin(ReadOnlyAdmin):
 class ExecAdmin(ReadOnlyAdmin):
     list_display = ["started_at", "sandbox", "actor", "command", "state", "exit_code", "duration_ms"]
     list_filter = ["state"]
+
+
+@admin.register(ShellSession)
+class ShellSessionAdmin(ReadOnlyAdmin):
+    list_display = ["sandbox", "name", "cwd", "actor", "created_at"]
+    search_fields = ["name"]
 
 
 @admin.register(Event)

@@ -1,18 +1,21 @@
 """The bot API's sandbox routes: parse, authorize, call one service, render."""
 
+import asyncio
 import base64
 import functools
-from collections.abc import Callable, Coroutine
+import json
+from collections.abc import AsyncIterator, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections
-from django.http import HttpRequest
+from django.http import HttpRequest, StreamingHttpResponse
 from ninja import Field, Query, Router, Schema
 from ninja.responses import codes_4xx, codes_5xx
 
+from boxyard.errors import InvalidInput
 from sandboxes import selectors, services
 from sandboxes.models import Exec, ExecState, Sandbox
 from sandboxes.schemas import (
@@ -32,8 +35,14 @@ from sandboxes.schemas import (
     ReadOut,
     SandboxListOut,
     SandboxOut,
+    ProcessListOut,
+    ProcessOut,
+    ProcessOutputOut,
+    SessionIn,
     SessionListOut,
     SessionOut,
+    StdinIn,
+    StdinOut,
     WaitIn,
     WaitOut,
     WriteIn,
@@ -117,6 +126,8 @@ def render_exec(record: Exec) -> dict:
         "stderr_truncated": record.stderr_truncated,
         "duration_ms": record.duration_ms,
         "session": record.session,
+        "background": record.background,
+        "session_restarted": record.session_restarted,
         "error": record.error,
     }
 
@@ -169,7 +180,7 @@ def exec_command(request: HttpRequest, sandbox_id: str, body: ExecIn) -> dict:
     sandbox = selectors.sandbox_for(who, sandbox_id)
     exec_request = services.clean_request(
         sandbox, cmd=body.cmd, cwd=body.cwd, env=body.env, session=body.session,
-        timeout_seconds=body.timeout_seconds, background=body.background,
+        timeout_seconds=body.timeout_seconds, background=body.background, one_shot=body.fresh,
     )
     record = services.run_exec(sandbox, exec_request, who.actor, holder=body.holder, epoch=body.epoch)
     return render_exec(record)
@@ -184,7 +195,17 @@ def get_exec(request: HttpRequest, sandbox_id: str, exec_id: str) -> dict:
 
 
 class OutputQuery(Schema):
-    since_seq: int = Field(0, ge=0)
+    since_seq: int = Field(0, ge=0, description="The last sequence number already seen (0: none).")
+    max_bytes: int | None = Field(
+        None, ge=1, le=16 * 1024 * 1024, description="About how much output to return at most."
+    )
+
+
+def render_progress(record: Exec) -> dict:
+    return {
+        "done": record.state != ExecState.RUNNING, "status": record.state,
+        "exit_code": record.exit_code,
+    }
 
 
 @router.get(
@@ -195,8 +216,92 @@ class OutputQuery(Schema):
 def exec_output(request: HttpRequest, sandbox_id: str, exec_id: str, query: Query[OutputQuery]) -> dict:
     who = principal(request)
     record = selectors.exec_for(who, selectors.sandbox_for(who, sandbox_id), exec_id)
-    chunks = services.exec_chunks(record, query.since_seq)
-    return {"chunks": chunks, "done": record.state != ExecState.RUNNING, "exit_code": record.exit_code}
+    chunks, record = services.exec_output(record, query.since_seq, query.max_bytes)
+    return {"chunks": chunks, **render_progress(record)}
+
+
+# One server-sent event (its `data` is a JSON object).
+_SSE_EVENT = {
+    "type": "object",
+    "required": ["event", "data"],
+    "properties": {
+        "event": {"type": "string", "enum": ["chunk", "exit", "gone"]},
+        "data": {
+            "type": "string",
+            "contentMediaType": "application/json",
+            "contentSchema": {"type": "object"},
+        },
+    },
+}
+
+
+class StreamQuery(Schema):
+    since_seq: int = Field(0, ge=0, description="The last sequence number already seen (0: none).")
+
+
+@router.get(
+    "/sandboxes/{sandbox_id}/execs/{exec_id}/stream",
+    response={200: None, codes_4xx: ErrorOut, codes_5xx: ErrorOut},
+    summary="An exec's output as server-sent events, as it is produced",
+    openapi_extra={
+        "responses": {
+            "200": {
+                "description": "`chunk` events ({seq, stream, text}), then one `exit` event "
+                "({exit_code, timed_out, killed}); comments keep the connection alive.",
+                "content": {"text/event-stream": {"schema": _SSE_EVENT}},
+            }
+        }
+    },
+)
+@offloaded
+def exec_stream(
+    request: HttpRequest, sandbox_id: str, exec_id: str, query: Query[StreamQuery]
+) -> StreamingHttpResponse:
+    who = principal(request)
+    record = selectors.exec_for(who, selectors.sandbox_for(who, sandbox_id), exec_id)
+    response = StreamingHttpResponse(_events(record, query.since_seq), content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    return response
+
+
+def _sse(event: str, data: dict) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+async def _events(record: Exec, since_seq: int) -> AsyncIterator[bytes]:
+    """Chunks as the agent reads them, then the end; from the record if the agent is gone."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[dict] = asyncio.Queue()
+
+    def push(event: dict) -> None:
+        loop.call_soon_threadsafe(queue.put_nowait, event)
+
+    in_pool = functools.partial(sync_to_async, thread_sensitive=False, executor=_pool)
+    stop = await in_pool(_with_fresh_connection)(services.subscribe, record, since_seq, push)
+    if stop is None:
+        chunks, record = await in_pool(_with_fresh_connection)(services.exec_output, record, since_seq)
+        for chunk in chunks:
+            yield _sse("chunk", chunk)
+        yield _sse("exit", render_progress(record))
+        return
+    try:
+        while True:
+            try:
+                event = await asyncio.wait_for(queue.get(), timeout=_KEEPALIVE_SECONDS)
+            except TimeoutError:
+                yield b": keep-alive\n\n"
+                continue
+            kind = event.pop("event")
+            yield _sse(kind, event)
+            if kind in ("exit", "gone"):
+                break
+    finally:
+        await in_pool(stop)()
+    await in_pool(_with_fresh_connection)(services.wait_exec, record, 5)
+
+
+_KEEPALIVE_SECONDS = 15
 
 
 @router.post(
@@ -206,8 +311,7 @@ def exec_output(request: HttpRequest, sandbox_id: str, exec_id: str, query: Quer
 def exec_wait(request: HttpRequest, sandbox_id: str, exec_id: str, body: WaitIn) -> dict:
     who = principal(request)
     record = selectors.exec_for(who, selectors.sandbox_for(who, sandbox_id), exec_id)
-    record = services.wait_exec(record, body.timeout_seconds)
-    return {"done": record.state != ExecState.RUNNING, "exit_code": record.exit_code}
+    return render_progress(services.wait_exec(record, body.timeout_seconds))
 
 
 @router.post(
@@ -216,7 +320,8 @@ def exec_wait(request: HttpRequest, sandbox_id: str, exec_id: str, body: WaitIn)
 @offloaded
 def exec_kill(request: HttpRequest, sandbox_id: str, exec_id: str, body: Fencing) -> dict:
     who = principal(request)
-    record = services.kill_exec(selectors.exec_for(who, selectors.sandbox_for(who, sandbox_id), exec_id))
+    record = selectors.exec_for(who, selectors.sandbox_for(who, sandbox_id), exec_id)
+    record = services.kill_exec(record, who.actor, holder=body.holder, epoch=body.epoch)
     return {"ok": True, "status": record.state}
 
 
@@ -289,7 +394,96 @@ def delete_file(request: HttpRequest, sandbox_id: str, query: Query[DeleteQuery]
 @offloaded
 def list_sessions(request: HttpRequest, sandbox_id: str) -> dict:
     sandbox = selectors.sandbox_for(principal(request), sandbox_id)
-    return {"sessions": [SessionOut(**session) for session in services.list_sessions(sandbox)]}
+    return {"sessions": services.list_sessions(sandbox)}
+
+
+@router.post("/sandboxes/{sandbox_id}/sessions", response=responds(SessionOut), summary="Start a shell session")
+@offloaded
+def create_session(request: HttpRequest, sandbox_id: str, body: SessionIn) -> dict:
+    who = principal(request)
+    sandbox = selectors.sandbox_for(who, sandbox_id)
+    return services.create_session(
+        sandbox, body.name, who.actor, cwd=body.cwd, env=body.env, holder=body.holder,
+        epoch=body.epoch,
+    )
+
+
+@router.delete(
+    "/sandboxes/{sandbox_id}/sessions/{name}", response=responds(DeleteOut), summary="End a shell session"
+)
+@offloaded
+def delete_session(request: HttpRequest, sandbox_id: str, name: str, query: Query[Fencing]) -> dict:
+    who = principal(request)
+    sandbox = selectors.sandbox_for(who, sandbox_id)
+    services.delete_session(sandbox, name, who.actor, holder=query.holder, epoch=query.epoch)
+    return {"ok": True, "deleted": name}
+
+
+@router.get(
+    "/sandboxes/{sandbox_id}/processes", response=responds(ProcessListOut),
+    summary="The pipeline's managed processes in this sandbox",
+)
+@offloaded
+def list_processes(request: HttpRequest, sandbox_id: str) -> dict:
+    sandbox = selectors.sandbox_for(principal(request), sandbox_id)
+    return {"processes": services.list_processes(sandbox)}
+
+
+@router.post(
+    "/sandboxes/{sandbox_id}/processes/{name}/stdin", response=responds(StdinOut),
+    summary="Write to a managed process's stdin",
+)
+@offloaded
+def process_stdin(request: HttpRequest, sandbox_id: str, name: str, body: StdinIn) -> dict:
+    who = principal(request)
+    sandbox = selectors.sandbox_for(who, sandbox_id)
+    if (body.text is None) == (body.data_b64 is None) and not body.eof:
+        raise InvalidInput("text", "give text or data_b64 (or eof)")
+    if body.data_b64 is not None:
+        try:
+            data = base64.b64decode(body.data_b64, validate=True)
+        except ValueError:
+            raise InvalidInput("data_b64", "is not valid base64") from None
+    else:
+        data = (body.text or "").encode()
+    return services.write_stdin(
+        sandbox, name, data, who.actor, eof=body.eof, holder=body.holder, epoch=body.epoch
+    )
+
+
+class ProcessOutputQuery(Schema):
+    since_seq: int = Field(0, ge=0, description="The last sequence number already seen (0: none).")
+    generation: int | None = Field(None, ge=1, description="Which run; default the current one.")
+    max_bytes: int | None = Field(None, ge=1, le=16 * 1024 * 1024)
+    wait_seconds: float = Field(
+        0, ge=0, le=60, description="Wait this long for new output if there is none yet."
+    )
+
+
+@router.get(
+    "/sandboxes/{sandbox_id}/processes/{name}/output", response=responds(ProcessOutputOut),
+    summary="A managed process's output as numbered chunks",
+)
+@offloaded
+def process_output(
+    request: HttpRequest, sandbox_id: str, name: str, query: Query[ProcessOutputQuery]
+) -> dict:
+    sandbox = selectors.sandbox_for(principal(request), sandbox_id)
+    return services.read_output(
+        sandbox, name, since_seq=query.since_seq, generation=query.generation,
+        max_bytes=query.max_bytes, wait_seconds=query.wait_seconds,
+    )
+
+
+@router.post(
+    "/sandboxes/{sandbox_id}/processes/{name}/restart", response=responds(ProcessOut),
+    summary="Restart a managed process",
+)
+@offloaded
+def process_restart(request: HttpRequest, sandbox_id: str, name: str, body: Fencing) -> dict:
+    who = principal(request)
+    sandbox = selectors.sandbox_for(who, sandbox_id)
+    return services.restart_process(sandbox, name, who.actor, holder=body.holder, epoch=body.epoch)
 
 
 @router.post("/sandboxes/{sandbox_id}/lease/renew", response=responds(LeaseOut), summary="Renew the lease")

@@ -40,6 +40,12 @@ class SandboxQuerySet(models.QuerySet["Sandbox"]):
     def for_pipeline(self, pipeline: Pipeline) -> "SandboxQuerySet":
         return self.filter(pipeline=pipeline)
 
+    def busy(self) -> "SandboxQuerySet":
+        """Sandboxes with a command running (foreground or background): active, whatever
+        their last activity says, so the reaper leaves them alone."""
+        running = Exec.objects.filter(sandbox=models.OuterRef("pk"), state=ExecState.RUNNING)
+        return self.filter(models.Exists(running))
+
     def locked(self) -> "SandboxQuerySet":
         """Rows locked for a state change, with their pipeline (not locked) alongside.
 
@@ -72,6 +78,9 @@ class Sandbox(models.Model):
     container_id = models.CharField(max_length=80, blank=True)
     container_name = models.CharField(max_length=200, blank=True)
     volume_name = models.CharField(max_length=200)
+    agent = models.CharField(
+        max_length=64, blank=True, help_text="Digest of the agent in its container; empty: none."
+    )
 
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -124,11 +133,41 @@ class Lease(models.Model):
         return f"{self.holder or 'free'} (epoch {self.epoch})"
 
 
+SESSION_NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
+
+
+class ShellSession(models.Model):
+    """A named shell session of a sandbox, as it was created.
+
+    Its live state (cwd, exported variables, functions) is kept by the agent in the sandbox,
+    which outlives any Boxyard process; this row restores the session if the container
+    itself is recreated. The `default` session needs no row.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    sandbox = models.ForeignKey(Sandbox, on_delete=models.CASCADE, related_name="sessions")
+    name = models.CharField(max_length=64)
+    cwd = models.CharField(max_length=1024, default="/workspace")
+    env = models.JSONField(default=dict, blank=True)
+    actor = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["sandbox", "name"], name="one_session_per_name")
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class ExecState(models.TextChoices):
     RUNNING = "running", _("Running")
     COMPLETED = "completed", _("Completed")
     TIMED_OUT = "timed_out", _("Timed out")
     FAILED = "failed", _("Failed to run")
+    KILLED = "killed", _("Killed")
     LOST = "lost", _("Lost")
 
 
@@ -154,6 +193,9 @@ class Exec(models.Model):
     stderr_bytes = models.PositiveBigIntegerField(default=0)
     stdout_truncated = models.BooleanField(default=False)
     stderr_truncated = models.BooleanField(default=False)
+    session_restarted = models.BooleanField(
+        default=False, help_text="The command ended its shell; the session was started again."
+    )
     error = models.TextField(blank=True)
     started_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -73,12 +73,31 @@ class SandboxListOut(Schema):
 
 
 class ExecIn(Fencing):
-    cmd: list[StrictStr] | StrictStr = Field(..., description="argv list, or a shell string")
-    cwd: str | None = Field(None, description="Default /workspace; relative paths are under it.")
-    env: dict[str, StrictStr] | None = None
+    cmd: list[StrictStr] | StrictStr = Field(
+        ...,
+        description="argv list (run as is), or a shell string (run in the session's shell, so "
+        "`cd`, `export` and functions persist)",
+    )
+    cwd: str | None = Field(
+        None,
+        description="For this command only; default: the session's cwd. Relative paths are "
+        "under /workspace.",
+    )
+    env: dict[str, StrictStr] | None = Field(
+        None, description="Variables for this command only, on top of the session's."
+    )
     session: str | None = Field(None, description="Shell session name (default 'default').")
-    timeout_seconds: int | None = Field(None, ge=1)
-    background: bool = False
+    timeout_seconds: int | None = Field(
+        None, ge=1, description="Default: the pipeline's; background execs have none unless given."
+    )
+    background: bool = Field(
+        False, description="Return at once; read the output by sequence number, wait, or kill."
+    )
+    fresh: bool = Field(
+        False,
+        description="Run in a fresh process of its own (a new engine exec), outside any "
+        "session: no session state is read or kept. Not with background.",
+    )
 
 
 class ExecOut(Schema):
@@ -92,6 +111,11 @@ class ExecOut(Schema):
     stderr_truncated: bool
     duration_ms: int | None
     session: str
+    background: bool
+    session_restarted: bool = Field(
+        description="The command ended its shell (exit, exec, set -e, a kill): the session was "
+        "started again from its last cwd and environment."
+    )
     error: str
 
 
@@ -104,6 +128,7 @@ class Chunk(Schema):
 class ExecOutputOut(Schema):
     chunks: list[Chunk]
     done: bool
+    status: str
     exit_code: int | None
 
 
@@ -113,6 +138,7 @@ class WaitIn(Schema):
 
 class WaitOut(Schema):
     done: bool
+    status: str
     exit_code: int | None
 
 
@@ -167,11 +193,53 @@ class CloseOut(Schema):
     status: str
 
 
+class SessionIn(Fencing):
+    name: str = Field(..., min_length=1, max_length=64)
+    cwd: str | None = Field(None, description="Starting directory; default /workspace.")
+    env: dict[str, StrictStr] | None = Field(None, description="Starting variables.")
+
+
 class SessionOut(Schema):
     name: str
     cwd: str
     env: dict[str, str]
+    busy: bool
+    started: bool = Field(description="Whether its shell runs now (it starts at its first use).")
 
 
 class SessionListOut(Schema):
     sessions: list[SessionOut]
+
+
+class ProcessOut(Schema):
+    name: str
+    state: str = Field(description="running, backoff (restarting soon), exited, stopped")
+    generation: int = Field(description="How many times it was started; each run is one.")
+    restarts: int
+    pid: int | None
+    last_exit_code: int | None
+    backoff_ms: int
+    cmd: list[str] | str
+
+
+class ProcessListOut(Schema):
+    processes: list[ProcessOut]
+
+
+class StdinIn(Fencing):
+    text: str | None = Field(None, description="Text to write (UTF-8).")
+    data_b64: str | None = Field(None, description="Or bytes, base64-encoded.")
+    eof: bool = Field(False, description="Close stdin after writing.")
+
+
+class StdinOut(Schema):
+    ok: bool
+    generation: int
+
+
+class ProcessOutputOut(Schema):
+    name: str
+    generation: int
+    running: bool
+    exit_code: int | None
+    chunks: list[Chunk]

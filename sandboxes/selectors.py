@@ -28,12 +28,16 @@ def _parse_id(value: object, what: str) -> UUID:
 
 
 def sandbox_for(principal: Principal, sandbox_id: object) -> Sandbox:
-    queryset = Sandbox.objects.select_related("pipeline", "lease")
-    if principal.pipeline is not None:
-        queryset = queryset.filter(pipeline=principal.pipeline)
-    sandbox = queryset.filter(pk=_parse_id(sandbox_id, "sandbox")).first()
-    if sandbox is None:
-        raise NotFound(f"no sandbox {sandbox_id}")
+    """The sandbox, if the principal may see it; its lease is read when first used."""
+    pk = _parse_id(sandbox_id, "sandbox")
+    try:
+        if principal.pipeline is None:
+            return Sandbox.objects.select_related("pipeline").get(pk=pk)
+        # A bot's pipeline is already loaded with its token: no join needed.
+        sandbox = Sandbox.objects.get(pk=pk, pipeline=principal.pipeline)
+    except Sandbox.DoesNotExist:
+        raise NotFound(f"no sandbox {sandbox_id}") from None
+    sandbox.pipeline = principal.pipeline
     return sandbox
 
 

@@ -10,7 +10,13 @@ from pathlib import Path
 
 from django.conf import settings
 
-from sandboxes.runtime import LABEL_WORKSPACE_UID, ContainerInfo, ContainerSpec, ExecResult
+from sandboxes.runtime import (
+    LABEL_AGENT,
+    LABEL_WORKSPACE_UID,
+    ContainerInfo,
+    ContainerSpec,
+    ExecResult,
+)
 
 _ids = itertools.count(1)
 
@@ -53,7 +59,9 @@ class FakeRuntime:
     def ensure_container(self, spec: ContainerSpec) -> ContainerInfo:
         if spec.name not in self.containers:
             self.containers[spec.name] = ContainerInfo(
-                id=f"fake{next(_ids):060d}", name=spec.name, status="running", labels=spec.labels
+                id=f"fake{next(_ids):060d}", name=spec.name, status="running",
+                # No agent runs in a fake container: its execs take the one-shot path.
+                labels={k: v for k, v in spec.labels.items() if k != LABEL_AGENT},
             )
         return self.containers[spec.name]
 
@@ -82,3 +90,9 @@ class FakeRuntime:
 
     def exec_stream(self, container: str, argv: list[str], **kwargs: object) -> object:
         raise NotImplementedError
+
+    def attach(self, container: str, argv: list[str]) -> object:
+        raise NotImplementedError("the fake runtime has no agent")
+
+    def ensure_agent(self, image: str, binary: bytes, digest: str) -> str:
+        return f"fake-agent-{digest[:16]}"

@@ -28,6 +28,12 @@ LABEL_SCOPE = "io.boxyard.scope-key"
 # Set on images whose /workspace directory already belongs to the sandbox user, so a new
 # workspace volume copies that ownership and needs no preparation.
 LABEL_WORKSPACE_UID = "io.boxyard.workspace-uid"
+# On sandbox containers that carry the agent: its digest. On the agent's volume: its role.
+LABEL_AGENT = "io.boxyard.agent"
+LABEL_ROLE = "io.boxyard.role"
+# Where the agent's volume is mounted (read-only) in a sandbox, and the agent itself.
+AGENT_MOUNT = "/.boxyard"
+AGENT_PATH = AGENT_MOUNT + "/boxyard-agent"
 
 
 def labels_for(**extra: str) -> dict[str, str]:
@@ -165,6 +171,16 @@ class Runtime(Protocol):
         workdir: str | None = None,
     ) -> "ExecStream": ...
 
+    def attach(self, container: str, argv: list[str]) -> "Duplex":
+        """Start argv with stdin open and keep both directions for as long as we like."""
+        ...
+
+    # the agent
+    def ensure_agent(self, image: str, binary: bytes, digest: str) -> str:
+        """The name of a volume holding the agent binary (made once per engine and digest);
+        `image` is any image the engine has, used only to reach the volume."""
+        ...
+
 
 class ExecStream(Protocol):
     """A running exec whose stdout is read as it comes; stderr is kept (bounded)."""
@@ -177,6 +193,18 @@ class ExecStream(Protocol):
     def stderr(self) -> bytes: ...
 
     def exit_code(self) -> int | None: ...
+
+
+class Duplex(Protocol):
+    """A long-lived exec: bytes go to its stdin, its output comes back as (stream, bytes)."""
+
+    def send(self, data: bytes) -> None: ...
+
+    def frames(self) -> Iterator[tuple[int, bytes]]:
+        """(1, stdout bytes) and (2, stderr bytes) until the program ends or we close."""
+        ...
+
+    def close(self) -> None: ...
 
 
 @cache

@@ -5,12 +5,14 @@ for concurrent requests) and adds nothing but the hardening every sandbox gets.
 """
 
 import functools
+import io
 import logging
 import os
 import select
 import socket
 import stat
 import struct
+import tarfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -27,7 +29,10 @@ from docker.types import Ulimit
 
 from boxyard.errors import RuntimeFailure, RuntimeUnavailable
 from sandboxes.runtime import (
+    AGENT_MOUNT,
     LABEL_GENERATION,
+    LABEL_MANAGED,
+    LABEL_ROLE,
     LABEL_SANDBOX,
     ContainerGone,
     ContainerInfo,
@@ -407,6 +412,43 @@ class DockerRuntime:
         exec_id, sock = self._start_exec(container, argv, env, workdir, False, False)
         return DockerExecStream(self, exec_id, sock)
 
+    @_translate
+    def attach(self, container: str, argv: list[str]) -> "DockerDuplex":
+        _exec_id, sock = self._start_exec(container, argv, None, None, True, True)
+        return DockerDuplex(sock)
+
+    # --- the agent ----------------------------------------------------------------------------
+
+    @_translate
+    def ensure_agent(self, image: str, binary: bytes, digest: str) -> str:
+        # One volume per agent build, shared by every sandbox of this engine. It carries no
+        # deployment label: it belongs to the engine, not to one Boxyard installation.
+        name = f"boxyard-agent-{digest[:16]}"
+        try:
+            self.api.inspect_volume(name)
+        except docker.errors.NotFound:
+            self.api.create_volume(name, labels={LABEL_MANAGED: "1", LABEL_ROLE: "agent"})
+        # A container that is created but never started reaches the volume through the
+        # engine's archive API, which works against any engine, local or remote.
+        helper = self.api.create_container(
+            image,
+            ["true"],
+            user="0:0",
+            labels=labels_for(**{LABEL_ROLE: "agent-helper"}),
+            host_config=self.api.create_host_config(
+                mounts=[DockerMount(target=AGENT_MOUNT, source=name, type="volume")],
+                network_mode="none",
+                cap_drop=["ALL"],
+            ),
+            network_disabled=True,
+        )
+        try:
+            if _archive_size(self.api, helper["Id"], f"{AGENT_MOUNT}/boxyard-agent") != len(binary):
+                self.api.put_archive(helper["Id"], AGENT_MOUNT, _single_file_tar("boxyard-agent", binary))
+        finally:
+            self.api.remove_container(helper["Id"], force=True)
+        return name
+
     def _start_exec(
         self,
         container: str,
@@ -445,6 +487,28 @@ class DockerRuntime:
                 return data.get("ExitCode")
             time.sleep(0.01)
         return None
+
+
+def _archive_size(api: docker.APIClient, container: str, path: str) -> int | None:
+    try:
+        stream, info = api.get_archive(container, path)
+    except docker.errors.NotFound:
+        return None
+    for _ in stream:  # the body must be read for the connection to be reused
+        pass
+    size = info.get("size")
+    return size if isinstance(size, int) else None
+
+
+def _single_file_tar(name: str, content: bytes) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        member = tarfile.TarInfo(name)
+        member.size = len(content)
+        member.mode = 0o755
+        member.mtime = int(time.time())
+        archive.addfile(member, io.BytesIO(content))
+    return buffer.getvalue()
 
 
 def _refuse_dangerous_bind(source: str) -> None:
@@ -486,6 +550,31 @@ class DockerExecStream:
     @_translate
     def exit_code(self) -> int | None:
         return self._runtime._exit_code(self._exec_id)
+
+
+class DockerDuplex:
+    """stdin and the demultiplexed output of a long-lived exec."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._send_lock = threading.Lock()
+
+    def send(self, data: bytes) -> None:
+        with self._send_lock:
+            self._sock.sendall(data)
+
+    def frames(self) -> Iterator[tuple[int, bytes]]:
+        try:
+            yield from _frames(self._sock, None)
+        except OSError:
+            return
+
+    def close(self) -> None:
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        _close(self._sock)
 
 
 def _frames(sock: socket.socket, deadline: float | None) -> Iterator[tuple[int, bytes]]:

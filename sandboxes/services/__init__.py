@@ -9,9 +9,10 @@ from sandboxes.services.closing import close_sandbox
 from sandboxes.services.execs import (
     clean_request,
     exec_chunks,
+    exec_output,
     kill_exec,
-    list_sessions,
     run_exec,
+    subscribe,
     wait_exec,
 )
 from sandboxes.services.files import (
@@ -23,6 +24,13 @@ from sandboxes.services.files import (
 )
 from sandboxes.services.lease_ops import release_lease, renew_lease, takeover_lease
 from sandboxes.services.opening import Opened, open_sandbox
+from sandboxes.services.processes import (
+    list_processes,
+    read_output,
+    restart_process,
+    write_stdin,
+)
+from sandboxes.services.sessions import create_session, delete_session, list_sessions
 
 __all__ = [
     "SYSTEM",
@@ -30,18 +38,26 @@ __all__ = [
     "Opened",
     "clean_request",
     "close_sandbox",
+    "create_session",
     "delete_file",
+    "delete_session",
     "exec_chunks",
+    "exec_output",
     "kill_exec",
     "list_sessions",
     "list_files",
+    "list_processes",
     "open_file_stream",
     "open_sandbox",
     "read_file",
+    "read_output",
     "release_lease",
     "renew_lease",
+    "restart_process",
     "run_exec",
+    "subscribe",
     "takeover_lease",
     "wait_exec",
     "write_file",
+    "write_stdin",
 ]

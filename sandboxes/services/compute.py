@@ -54,7 +54,11 @@ def run_code(
         raise InvalidInput("code", "must be a string")
     extra = _clean_files(files_in)
     entry, argv = LANGUAGES[language]
-    request = clean_request(pipeline, cmd=argv, env=env, timeout_seconds=timeout_seconds)
+    # One command in a sandbox that is closed right after: a fresh engine exec is cheaper
+    # than starting the agent for it.
+    request = clean_request(
+        pipeline, cmd=argv, env=env, timeout_seconds=timeout_seconds, one_shot=True
+    )
     started = time.monotonic()
     with transaction.atomic():
         sandbox = create_row(

@@ -17,6 +17,8 @@ from boxyard.errors import ImageNotAllowed, RuntimeFailure
 from pipelines.models import Pipeline, Skill, SkillMode, image_allowed
 from sandboxes.models import Sandbox, State, StopReason
 from sandboxes.runtime import (
+    AGENT_MOUNT,
+    LABEL_AGENT,
     LABEL_GENERATION,
     LABEL_PIPELINE,
     LABEL_SANDBOX,
@@ -29,6 +31,7 @@ from sandboxes.runtime import (
     get_runtime,
     labels_for,
 )
+from sandboxes.runtime.agent import agent_volume, forget
 from sandboxes.scripts import WORKSPACE
 from sandboxes.services import events
 
@@ -93,17 +96,26 @@ def _image_owns_workspace(image_labels: dict[str, str]) -> bool:
     return image_labels.get(LABEL_WORKSPACE_UID) == settings.BOXYARD_SANDBOX_USER.split(":")[0]
 
 
-def build_spec(sandbox: Sandbox, image_labels: dict[str, str]) -> ContainerSpec:
+def build_spec(
+    sandbox: Sandbox, image_labels: dict[str, str], agent: tuple[str, str] | None = None
+) -> ContainerSpec:
+    """The container of a sandbox; `agent` is (volume, digest) of the agent to mount."""
     pipeline = sandbox.pipeline
     workspace = Mount(
         source=sandbox.volume_name, target=WORKSPACE, no_copy=not _image_owns_workspace(image_labels)
     )
+    mounts = (workspace, *skill_mounts(pipeline))
+    labels = sandbox_labels(sandbox)
+    if agent is not None:
+        volume, digest = agent
+        mounts += (Mount(source=volume, target=AGENT_MOUNT, read_only=True, no_copy=True),)
+        labels[LABEL_AGENT] = digest
     return ContainerSpec(
         name=container_name(sandbox),
         image=sandbox.image,
-        labels=sandbox_labels(sandbox),
+        labels=labels,
         user=settings.BOXYARD_SANDBOX_USER,
-        mounts=(workspace, *skill_mounts(pipeline)),
+        mounts=mounts,
         env={"HOME": WORKSPACE, "LANG": "C.UTF-8", **(pipeline.env or {})},
         workdir=WORKSPACE,
         cpus=pipeline.cpus,
@@ -136,7 +148,7 @@ def provision(sandbox: Sandbox, actor: Actor = SYSTEM) -> Sandbox:
                     f"{error.message}"
                 ) from error
             image_labels = runtime.image_labels(sandbox.image) or {}
-        spec = build_spec(sandbox, image_labels)
+        spec = build_spec(sandbox, image_labels, agent_volume(sandbox.image))
         created = runtime.ensure_volume(
             sandbox.volume_name, labels_for(**{LABEL_SANDBOX: str(sandbox.id)})
         )
@@ -153,6 +165,7 @@ def provision(sandbox: Sandbox, actor: Actor = SYSTEM) -> Sandbox:
             state=State.RUNNING,
             container_id=info.id,
             container_name=info.name,
+            agent=info.labels.get(LABEL_AGENT, ""),
             started_at=Now(),
             last_activity_at=Now(),
             status_detail="",
@@ -186,6 +199,8 @@ def _mark_error(sandbox: Sandbox, name: str, message: str, actor: Actor) -> None
 def remove(sandbox: Sandbox, *, delete_workspace: bool) -> None:
     """Remove the container of the current generation (and the workspace if asked)."""
     runtime = get_runtime()
+    if sandbox.container_id:
+        forget(sandbox.container_id)
     runtime.remove_container(sandbox.container_id or container_name(sandbox))
     if sandbox.container_id and sandbox.container_name != container_name(sandbox):
         runtime.remove_container(container_name(sandbox))

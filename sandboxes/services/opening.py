@@ -10,7 +10,7 @@ from boxyard.errors import InvalidState, QuotaExceeded
 from pipelines import scope
 from pipelines.models import Pipeline
 from sandboxes.models import Lease, Sandbox, State
-from sandboxes.services import containers, events, leases
+from sandboxes.services import containers, events, leases, processes
 
 
 @dataclass
@@ -47,6 +47,7 @@ def open_sandbox(
             _restart(sandbox, actor)
     if sandbox.state in (State.CREATING, State.UNKNOWN):
         sandbox = containers.provision(sandbox, actor)
+        processes.start_after_boot(sandbox)
     return Opened(sandbox=sandbox, lease=lease, created=created)
 
 

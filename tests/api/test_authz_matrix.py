@@ -26,13 +26,14 @@ from django.test import Client
 
 from pipelines.models import Pipeline, PipelineToken
 from sandboxes import services
-from sandboxes.models import Event, Exec, Sandbox
+from sandboxes.models import Event, Exec, Sandbox, ShellSession
 from sandboxes.runtime import get_runtime
 from tests.conftest import CHAT
 
 PREFIX = "/api/v1"
 NOTES = "notes.txt"
 NOTES_TEXT = "support's private notes\n"
+SESSION = "work"
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,7 @@ ROUTES: list[Route] = [
     ),
     Route("GET", "/sandboxes/{sandbox_id}/execs/{exec_id}"),
     Route("GET", "/sandboxes/{sandbox_id}/execs/{exec_id}/output", query={"since_seq": 0}),
+    Route("GET", "/sandboxes/{sandbox_id}/execs/{exec_id}/stream", query={"since_seq": 0}),
     Route("POST", "/sandboxes/{sandbox_id}/execs/{exec_id}/wait", {"timeout_seconds": 0}),
     Route(
         "POST", "/sandboxes/{sandbox_id}/execs/{exec_id}/kill",
@@ -83,6 +85,24 @@ ROUTES: list[Route] = [
     ),
     Route("GET", "/sandboxes/{sandbox_id}/files/list", query={"path": "/workspace"}),
     Route("GET", "/sandboxes/{sandbox_id}/sessions"),
+    Route(
+        "POST", "/sandboxes/{sandbox_id}/sessions",
+        {"name": "evil", "cwd": "/tmp", "holder": "{holder}", "epoch": "{epoch}"},
+    ),
+    Route(
+        "DELETE", "/sandboxes/{sandbox_id}/sessions/{name}",
+        query={"holder": "{holder}", "epoch": "{epoch}"},
+    ),
+    Route("GET", "/sandboxes/{sandbox_id}/processes"),
+    Route(
+        "POST", "/sandboxes/{sandbox_id}/processes/{name}/stdin",
+        {"text": "pwned\n", "holder": "{holder}", "epoch": "{epoch}"},
+    ),
+    Route("GET", "/sandboxes/{sandbox_id}/processes/{name}/output", query={"since_seq": 0}),
+    Route(
+        "POST", "/sandboxes/{sandbox_id}/processes/{name}/restart",
+        {"holder": "{holder}", "epoch": "{epoch}"},
+    ),
     Route("POST", "/sandboxes/{sandbox_id}/lease/renew", {"holder": "{holder}", "epoch": "{epoch}"}),
     Route(
         "POST", "/sandboxes/{sandbox_id}/lease/release", {"holder": "{holder}", "epoch": "{epoch}"}
@@ -114,7 +134,7 @@ def _fill(value: Any, target: Target) -> Any:
 
 def request(client: Client, route: Route, target: Target) -> Any:
     path = PREFIX + route.template.format(
-        sandbox_id=target.sandbox_id, exec_id=target.exec_id, slug=target.slug
+        sandbox_id=target.sandbox_id, exec_id=target.exec_id, slug=target.slug, name=SESSION
     )
     query = {key: _fill(value, target) for key, value in route.query.items()}
     if query:
@@ -176,6 +196,8 @@ def _open_support_sandbox(support: Any) -> Target:
     assert written.status_code == 200, written.content
     ran = call(support.client, "post", f"/sandboxes/{sandbox_id}/exec", {"cmd": ["cat", NOTES]})
     assert ran.status_code == 200 and ran.json()["stdout"] == NOTES_TEXT, ran.content
+    session = call(support.client, "post", f"/sandboxes/{sandbox_id}/sessions", {"name": SESSION})
+    assert session.status_code == 200, session.content
     lease = Sandbox.objects.select_related("lease").get(pk=sandbox_id).lease
     return Target(
         sandbox_id=sandbox_id, exec_id=ran.json()["exec_id"], slug="support",
@@ -200,6 +222,9 @@ def _database_state(sandbox_id: str, pipeline: Pipeline) -> dict[str, Any]:
             for name in ("holder", "epoch", "expires_at", "acquired_at", "taken_over_from")
         },
         "execs": Exec.objects.filter(sandbox_id=sandbox_id).count(),
+        "sessions": sorted(
+            ShellSession.objects.filter(sandbox_id=sandbox_id).values_list("name", "cwd")
+        ),
         "sandbox events": Event.objects.filter(sandbox_id=sandbox_id).count(),
         "pipeline events": Event.objects.filter(pipeline=pipeline).count(),
         "pipeline sandboxes": Sandbox.objects.filter(pipeline=pipeline).count(),

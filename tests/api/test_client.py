@@ -332,6 +332,52 @@ def test_exec_results_and_output(call: Caller) -> None:
     assert (output.text(), output.text("stderr"), output.done) == ("hi\n", "oops\n", True)
 
 
+def test_background_exec_and_the_event_stream(call: Caller) -> None:
+    started = Recorder({"exec_id": EXEC_ID, "status": "running", "exit_code": None,
+                        "background": True, "session": "build"})
+    result = call(started, "exec", SANDBOX_ID, "make", session="build", background=True)
+    assert started.sent == {"cmd": "make", "session": "build", "background": True}
+    assert (result.status, result.background) == ("running", True)
+
+    stream = (
+        'event: chunk\ndata: {"seq":1,"stream":"stdout","text":"a\\n"}\n\n'
+        ": keep-alive\n\n"
+        'event: exit\ndata: {"exit_code":0,"timed_out":false,"killed":false}\n\n'
+    )
+    requests: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        requests.append(request)
+        return httpx.Response(200, text=stream, headers={"Content-Type": "text/event-stream"})
+
+    events = call(handler, "exec_stream", SANDBOX_ID, EXEC_ID, since_seq=3)
+    assert requests[0].url.params["since_seq"] == "3"
+    assert [(e.event, e.seq, e.text, e.exit_code) for e in events] == [
+        ("chunk", 1, "a\n", None), ("exit", None, "", 0)
+    ]
+
+
+def test_sessions_and_processes(call: Caller) -> None:
+    created = Recorder({"name": "build", "cwd": "/tmp", "env": {"A": "1"}, "busy": False,
+                        "started": True})
+    session = call(created, "create_session", SANDBOX_ID, "build", cwd="/tmp", env={"A": "1"})
+    assert created.sent == {"name": "build", "cwd": "/tmp", "env": {"A": "1"}}
+    assert (session.cwd, session.started) == ("/tmp", True)
+    deleted = Recorder({"ok": True, "deleted": "build"})
+    call(deleted, "delete_session", SANDBOX_ID, "build", epoch=2)
+    assert deleted.request.method == "DELETE" and deleted.request.url.params["epoch"] == "2"
+
+    wrote = Recorder({"ok": True, "generation": 1})
+    call(wrote, "process_stdin", SANDBOX_ID, "mcp", b"\x00{}\n", eof=True)
+    assert wrote.sent == {"data_b64": "AHt9Cg==", "eof": True}
+    output = call(
+        Recorder({"name": "mcp", "generation": 1, "running": True, "exit_code": None,
+                  "chunks": [{"seq": 4, "stream": "stdout", "text": "{}\n"}]}),
+        "process_output", SANDBOX_ID, "mcp", since_seq=3, wait_seconds=5,
+    )
+    assert (output.text(), output.last_seq, output.running) == ("{}\n", 4, True)
+
+
 def test_lease_calls_and_run(call: Caller) -> None:
     lease = Recorder({"holder": "admin-x", "epoch": 4, "expires_at": None})
     taken = call(lease, "takeover_lease", SANDBOX_ID, holder="admin-x", reason="stuck")

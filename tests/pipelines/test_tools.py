@@ -413,7 +413,7 @@ def test_tools_document() -> None:
         "name": "sandbox_exec",
         "method": "POST",
         "path": "/api/v1/sandboxes/{sandbox_id}/exec",
-        "body": ["cmd", "cwd", "env", "timeout_seconds", "background"],
+        "body": ["cmd", "cwd", "env", "session", "timeout_seconds", "background"],
         "query": [],
     }
     assert json.loads(json.dumps(document)) == document

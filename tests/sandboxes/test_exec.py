@@ -51,13 +51,17 @@ def test_env_reaches_the_command(sandbox, bot) -> None:
         run(sandbox, bot, "true", env={"BAD-NAME": "x"})
 
 
-def test_timeout_kills_the_whole_process_tree(sandbox, bot) -> None:
+@pytest.mark.parametrize("fresh", [False, True], ids=["in the session", "fresh"])
+def test_timeout_kills_the_whole_process_tree(sandbox, bot, fresh) -> None:
     started = time.monotonic()
-    result = run(sandbox, bot, "sleep 300 & sleep 301 & (sleep 302; echo never) & wait", timeout_seconds=1)
+    result = run(
+        sandbox, bot, "sleep 300 & sleep 301 & (sleep 302; echo never) & (setsid sleep 303 &); wait",
+        timeout_seconds=1, one_shot=fresh,
+    )
     assert time.monotonic() - started < 10
     assert result.state == ExecState.TIMED_OUT and result.exit_code == 137
     assert "timed out" in result.error and result.stderr == ""
-    leftovers = run(sandbox, bot, "ps -o args | grep 'sleep 30[0-2]' | grep -v grep || true")
+    leftovers = run(sandbox, bot, "ps -o args | grep 'sleep 30[0-3]' | grep -v grep || true")
     assert leftovers.stdout == ""
 
 
@@ -92,7 +96,8 @@ def test_every_exec_is_recorded(sandbox, bot) -> None:
         ({"cmd": "true", "timeout_seconds": 0}, "timeout_seconds"),
         ({"cmd": "true", "timeout_seconds": 10**6}, "timeout_seconds"),
         ({"cmd": "true", "timeout_seconds": "5"}, "timeout_seconds"),
-        ({"cmd": "true", "session": "nope"}, "session"),
+        ({"cmd": "true", "session": "../x"}, "session"),
+            ({"cmd": "true", "background": "yes"}, "background"),
         ({"cmd": "true", "cwd": 5}, "cwd"),
     ],
 )
@@ -129,3 +134,36 @@ def test_a_container_removed_from_outside_is_detected_and_recreated(sandbox, bot
     reopened = services.open_sandbox(pipeline, CHAT, bot).sandbox
     assert reopened.pk == sandbox.pk
     assert run(reopened, bot, "cat keep.txt").stdout == "still here"
+
+
+def test_without_the_agent_execs_run_one_shot(pipeline, bot, docker_engine, settings, tmp_path) -> None:
+    """A sandbox made without the agent (not installed) still runs commands, each in a
+    fresh engine exec, and says plainly what it cannot do."""
+    settings.BOXYARD_AGENT_BINARY = str(tmp_path / "missing")
+    sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
+    assert sandbox.agent == ""
+    assert run(sandbox, bot, "cd /tmp; pwd").stdout == "/tmp\n"
+    assert run(sandbox, bot, "pwd").stdout == "/workspace\n"  # no session state
+    timed = run(sandbox, bot, "sleep 30", timeout_seconds=1)
+    assert timed.state == ExecState.TIMED_OUT
+    with pytest.raises(InvalidInput, match="without the agent"):
+        run(sandbox, bot, "true", background=True)
+    with pytest.raises(InvalidInput, match="without the agent"):
+        services.create_session(sandbox, "other", bot)
+
+
+def test_what_the_agent_answers_is_checked_before_use() -> None:
+    """The agent runs inside the sandbox, where the sandbox's own code could replace it:
+    junk in its answers reads as empty, never as an error of the server."""
+    junk = [
+        {"seq": "1", "stream": "evil", "data": "%%%"},
+        {"seq": 2, "stream": "stderr", "data": "aGk="},
+        "not a chunk",
+        {"seq": -5, "data": 7},
+    ]
+    assert services.execs.render_chunks(junk) == [
+        {"seq": 0, "stream": "stdout", "text": ""},
+        {"seq": 2, "stream": "stderr", "text": "hi"},
+        {"seq": 0, "stream": "stdout", "text": ""},
+    ]
+    assert services.execs.render_chunks({"not": "a list"}) == []

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"reflect"
+	"testing"
+)
+
+func TestParseExportsReadsBashAndBusyboxForms(t *testing.T) {
+	bash := "declare -x HOME=\"/workspace\"\ndeclare -x QUOTED=\"a \\\"b\\\" \\$c \\\\ d\"\n" +
+		"declare -x MULTI=\"one\ntwo\"\ndeclare -x NOVALUE\ndeclare -rx RO=\"r\"\n"
+	want := []string{"HOME=/workspace", "QUOTED=a \"b\" $c \\ d", "MULTI=one\ntwo", "RO=r"}
+	if got := parseExports(bash); !reflect.DeepEqual(got, want) {
+		t.Fatalf("bash: got %q, want %q", got, want)
+	}
+	ash := "export HOME='/workspace'\nexport IT='it'\\''s'\nexport MULTI='one\ntwo'\nexport EMPTY=''\n"
+	want = []string{"HOME=/workspace", "IT=it's", "MULTI=one\ntwo", "EMPTY="}
+	if got := parseExports(ash); !reflect.DeepEqual(got, want) {
+		t.Fatalf("busybox: got %q, want %q", got, want)
+	}
+}
+
+func TestSaveStateRoundTripsThroughParseExports(t *testing.T) {
+	env := []string{"A=plain", "B=it's \"quoted\" $x \\", "C=line\nbreak", "D="}
+	s := &Session{dir: t.TempDir(), agent: &Agent{}}
+	if err := s.saveState("/tmp", env); err != nil {
+		t.Fatal(err)
+	}
+	cwd, got := s.current()
+	if cwd != "/tmp" || !reflect.DeepEqual(got, env) {
+		t.Fatalf("got %q %q, want /tmp %q", cwd, got, env)
+	}
+}
+
+func TestIncompleteTailNeverSplitsACharacter(t *testing.T) {
+	text := []byte("ab€") // € is three bytes
+	for cut := 0; cut <= len(text); cut++ {
+		held := incompleteTail(text[:cut])
+		if cut == 3 || cut == 4 {
+			if held != cut-2 {
+				t.Fatalf("cut %d: held %d bytes, want %d", cut, held, cut-2)
+			}
+		} else if held != 0 {
+			t.Fatalf("cut %d: held %d bytes of complete text", cut, held)
+		}
+	}
+}
+
+func TestOverlayReplacesAndAdds(t *testing.T) {
+	got := overlay([]string{"A=1", "B=2"}, map[string]string{"B": "3", "C": "4"})
+	want := []string{"A=1", "B=3", "C=4"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+}
+
+func TestOutputPagesByBytesAndNeverSkips(t *testing.T) {
+	e := newExec("x", "default", true, 1<<20)
+	for _, part := range []string{"aaaa", "bbbb", "cccc"} {
+		e.append("stdout", []byte(part))
+	}
+	first := e.output(0, 6)["chunks"].([]reply)
+	if len(first) != 1 || first[0]["seq"] != 1 {
+		t.Fatalf("first page: %v", first)
+	}
+	rest := e.output(1, 100)["chunks"].([]reply)
+	if len(rest) != 2 || rest[0]["seq"] != 2 || rest[1]["seq"] != 3 {
+		t.Fatalf("second page: %v", rest)
+	}
+}
+
+func TestKeepCapCountsWhatItDrops(t *testing.T) {
+	e := newExec("x", "default", true, 5)
+	e.append("stdout", []byte("1234"))
+	e.append("stdout", []byte("5678"))
+	e.append("stderr", []byte("9"))
+	status := e.status()
+	if status["dropped_bytes"] != 4 || status["stdout_bytes"] != 8 || status["last_seq"] != 2 {
+		t.Fatalf("status: %v", status)
+	}
+}

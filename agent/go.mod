@@ -1,0 +1,3 @@
+module boxyard.invalid/agent
+
+go 1.19

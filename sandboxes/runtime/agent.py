@@ -1,0 +1,300 @@
+"""Boxyard's side of the sandbox agent (the Go program in `agent/`).
+
+Each Boxyard process keeps one channel per sandbox container: a long-lived exec of
+`boxyard-agent bridge` carrying one JSON object per line each way. Requests are answered by
+id, possibly out of order; subscriptions push chunk and exit events. Everything durable
+(sessions, processes, output) lives in the agent inside the sandbox, so a channel may be
+dropped and opened again by any process at any time.
+"""
+
+import hashlib
+import itertools
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+
+from boxyard.errors import BoxyardError, Conflict, InvalidInput, NotFound, RuntimeFailure
+from sandboxes.runtime import AGENT_PATH, get_runtime
+
+log = logging.getLogger(__name__)
+
+_MAX_LINE = 64 * 1024 * 1024
+_STDERR_KEPT = 4096
+_SLOW_SECONDS = 0.05
+
+
+class AgentGone(RuntimeFailure):
+    """The channel to a sandbox's agent broke (the container stopped, or the agent died)."""
+
+    code = "agent_unavailable"
+    status = 502
+
+
+class AgentTimeout(RuntimeFailure):
+    code = "agent_timeout"
+    status = 504
+
+
+def _agent_error(message: dict[str, Any]) -> BoxyardError:
+    code = message.get("code", "internal")
+    text = str(message.get("error") or "the sandbox agent refused the request")
+    if code in ("unknown_exec", "unknown_session", "unknown_process"):
+        error: BoxyardError = NotFound(text)
+    elif code == "busy":
+        error = Conflict(text)
+    elif code == "bad_request":
+        error = InvalidInput("request", text)
+    else:
+        error = RuntimeFailure(f"the sandbox agent failed: {text}")
+    error.agent_code = code  # type: ignore[attr-defined]
+    return error
+
+
+@dataclass
+class _Pending:
+    event: threading.Event = field(default_factory=threading.Event)
+    message: dict[str, Any] | None = None
+    error: BaseException | None = None
+
+
+class AgentChannel:
+    """One open bridge to the agent of one container."""
+
+    def __init__(self, container: str) -> None:
+        self.container = container
+        self.pid = os.getpid()
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._pending: dict[int, _Pending] = {}
+        self._subscribers: dict[int, Callable[[dict[str, Any]], None]] = {}
+        self._stderr = bytearray()
+        self.closed = False
+        self._duplex = get_runtime().attach(container, [AGENT_PATH, "bridge"])
+        self._reader = threading.Thread(
+            target=self._read, name=f"agent-{container[:12]}", daemon=True
+        )
+        self._reader.start()
+
+    def call(
+        self,
+        op: str,
+        *,
+        deadline: float | None = 30.0,
+        on_event: Callable[[dict[str, Any]], None] | None = None,
+        on_slow: Callable[[], None] | None = None,
+        **fields: Any,
+    ) -> dict[str, Any]:
+        """Send a request and wait up to `deadline` seconds for its answer; `on_event`
+        receives its subscription's events (registered before the request leaves, so none
+        is missed); `on_slow` runs once if the answer takes longer than a moment (to let go
+        of what a long wait should not hold, such as a database connection). Other keyword
+        arguments are the request's fields."""
+        request_id = next(self._ids)
+        pending = _Pending()
+        with self._lock:
+            if self.closed:
+                raise AgentGone(self._why())
+            self._pending[request_id] = pending
+            if on_event is not None:
+                self._subscribers[request_id] = on_event
+        line = json.dumps({"id": request_id, "op": op, **fields}, separators=(",", ":"))
+        try:
+            self._duplex.send(line.encode() + b"\n")
+        except OSError as error:
+            self._fail(f"cannot write to the agent: {error}")
+        if on_slow is not None and not pending.event.wait(min(_SLOW_SECONDS, deadline or _SLOW_SECONDS)):
+            on_slow()
+        if not pending.event.wait(deadline):
+            with self._lock:
+                self._pending.pop(request_id, None)
+                self._subscribers.pop(request_id, None)
+            raise AgentTimeout(f"the sandbox agent did not answer {op!r} within {deadline:.0f} s")
+        if pending.error is not None:
+            raise pending.error
+        assert pending.message is not None
+        if not pending.message.get("ok"):
+            with self._lock:
+                self._subscribers.pop(request_id, None)
+            raise _agent_error(pending.message)
+        pending.message["_id"] = request_id
+        return pending.message
+
+    def unsubscribe(self, subscription: int, exec_id: str) -> None:
+        with self._lock:
+            self._subscribers.pop(subscription, None)
+        if not self.closed:
+            try:
+                self.call("unsubscribe", exec=exec_id, deadline=5)
+            except BoxyardError:
+                pass
+
+    def close(self) -> None:
+        self._fail("the channel was closed")
+
+    def _why(self) -> str:
+        detail = self._stderr.decode(errors="replace").strip()
+        return "the sandbox agent is not reachable" + (f": {detail}" if detail else "")
+
+    def _read(self) -> None:
+        buffer = bytearray()
+        try:
+            for stream, data in self._duplex.frames():
+                if stream == 2:
+                    if len(self._stderr) < _STDERR_KEPT:
+                        self._stderr += data[: _STDERR_KEPT - len(self._stderr)]
+                    continue
+                buffer += data
+                start = 0
+                while (end := buffer.find(b"\n", start)) >= 0:
+                    self._dispatch(bytes(buffer[start:end]))
+                    start = end + 1
+                del buffer[:start]
+                if len(buffer) > _MAX_LINE:
+                    break
+        except Exception:  # noqa: BLE001 - whatever broke the stream, the channel is over
+            log.exception("agent channel to %s failed", self.container[:12])
+        finally:
+            if buffer and len(self._stderr) < _STDERR_KEPT:
+                self._stderr += buffer[: _STDERR_KEPT - len(self._stderr)]
+            self._fail(self._why())
+
+    def _dispatch(self, line: bytes) -> None:
+        try:
+            message = json.loads(line)
+        except ValueError:
+            message = None
+        if not isinstance(message, dict):
+            # Not the agent speaking: the engine's own complaint (the exec could not start),
+            # kept to say why the channel failed.
+            if len(self._stderr) < _STDERR_KEPT:
+                self._stderr += line[: _STDERR_KEPT - len(self._stderr)]
+            return
+        if "event" in message:
+            with self._lock:
+                subscriber = self._subscribers.get(message.get("sub", -1))
+                if message["event"] == "exit":
+                    self._subscribers.pop(message.get("sub", -1), None)
+            if subscriber is not None:
+                try:
+                    subscriber(message)
+                except Exception:  # noqa: BLE001 - a subscriber's bug must not kill the channel
+                    log.exception("agent subscriber failed")
+            return
+        with self._lock:
+            pending = self._pending.pop(message.get("id", -1), None)
+        if pending is not None:
+            pending.message = message
+            pending.event.set()
+
+    def _fail(self, reason: str) -> None:
+        with self._lock:
+            if self.closed and not self._pending and not self._subscribers:
+                return
+            self.closed = True
+            pending, self._pending = self._pending, {}
+            subscribers, self._subscribers = self._subscribers, {}
+        for waiting in pending.values():
+            waiting.error = AgentGone(reason)
+            waiting.event.set()
+        for subscriber in subscribers.values():
+            try:
+                subscriber({"event": "gone", "reason": reason})
+            except Exception:  # noqa: BLE001
+                log.exception("agent subscriber failed")
+        self._duplex.close()
+
+
+_channels: dict[str, AgentChannel] = {}
+_opening: dict[str, threading.Lock] = {}
+_registry = threading.Lock()
+
+
+def channel(container: str) -> AgentChannel:
+    """This process's open channel to a container's agent, opened (and checked) if needed."""
+    with _registry:
+        current = _channels.get(container)
+        if current is not None and not current.closed and current.pid == os.getpid():
+            return current
+        opening = _opening.setdefault(container, threading.Lock())
+    with opening:
+        with _registry:
+            current = _channels.get(container)
+            if current is not None and not current.closed and current.pid == os.getpid():
+                return current
+        fresh = _open(container)
+        with _registry:
+            _channels[container] = fresh
+        return fresh
+
+
+def _open(container: str) -> AgentChannel:
+    # The first bridge of a sandbox starts its daemon; a volume written a moment ago by a
+    # concurrent first start can also fail once. One retry covers both.
+    last: BaseException | None = None
+    for _ in range(2):
+        fresh = AgentChannel(container)
+        try:
+            fresh.call("ping", deadline=10)
+            return fresh
+        except (AgentGone, AgentTimeout) as error:
+            fresh.close()
+            last = error
+    assert last is not None
+    raise last
+
+
+def forget(container: str) -> None:
+    """Close this process's channel to a container (it is being removed)."""
+    with _registry:
+        current = _channels.pop(container, None)
+        _opening.pop(container, None)
+    if current is not None:
+        current.close()
+
+
+# --- the binary and its volume -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AgentBuild:
+    content: bytes
+    digest: str
+
+
+_build_cache: dict[tuple[str, float], AgentBuild] = {}
+_volumes: dict[str, str] = {}
+
+
+def agent_build() -> AgentBuild | None:
+    """The agent binary this installation ships (built by `bin/setup`), or None if missing."""
+    path = Path(settings.BOXYARD_AGENT_BINARY)
+    try:
+        key = (str(path), path.stat().st_mtime)
+    except OSError:
+        return None
+    if key not in _build_cache:
+        content = path.read_bytes()
+        _build_cache.clear()
+        _build_cache[key] = AgentBuild(content, hashlib.sha256(content).hexdigest())
+    return _build_cache[key]
+
+
+def agent_volume(image: str) -> tuple[str, str] | None:
+    """(volume name, digest) of the agent for new containers, or None without an agent."""
+    build = agent_build()
+    if build is None:
+        return None
+    with _registry:
+        name = _volumes.get(build.digest)
+    if name is None:
+        name = get_runtime().ensure_agent(image, build.content, build.digest)
+        with _registry:
+            _volumes[build.digest] = name
+    return name, build.digest

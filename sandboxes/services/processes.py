@@ -1,0 +1,211 @@
+"""Managed processes: the long-running programs a pipeline declares (an MCP stdio server,
+say), kept alive by the agent in each of its sandboxes.
+
+The agent starts them, restarts one that dies with a growing backoff (1 s doubling to 30 s,
+back to 1 s after a minute of good running) and keeps each run's output as an exec named
+`<name>~<generation>`. Bots write to a process's stdin and read its stdout through the API,
+which is enough to speak a line protocol such as MCP over stdio.
+"""
+
+import base64
+import logging
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models.functions import Now
+
+from boxyard.actors import Actor
+from boxyard.errors import BoxyardError, InvalidInput, NotFound
+from sandboxes.models import Sandbox, State
+from sandboxes.runtime.agent import AgentChannel, channel
+from sandboxes.services import events, leases
+from sandboxes.services.execs import (
+    optional_int,
+    release_connection,
+    render_chunks,
+    require_running,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_STDIN_BYTES = 1024 * 1024
+MAX_WAIT_SECONDS = 60
+
+
+def _declared(sandbox: Sandbox) -> dict[str, dict[str, Any]]:
+    return {process["name"]: process for process in sandbox.pipeline.processes or []}
+
+
+def _start_payload(process: dict[str, Any]) -> dict[str, Any]:
+    cmd = process["cmd"]
+    payload: dict[str, Any] = {
+        "name": process["name"],
+        "cwd": process.get("cwd", "/workspace"),
+        "env": process.get("env", {}),
+        "restart": process.get("restart", True),
+        "keep": settings.BOXYARD_EXEC_KEEP_BYTES,
+    }
+    payload["shell" if isinstance(cmd, str) else "argv"] = cmd
+    return payload
+
+
+def start_declared(sandbox: Sandbox, agent: AgentChannel | None = None) -> list[dict[str, Any]]:
+    """Start the pipeline's processes that are not running in the sandbox (idempotent)."""
+    declared = _declared(sandbox)
+    if not declared or not sandbox.agent:
+        return []
+    agent = agent or channel(sandbox.container_id)
+    running = _live(agent)
+    started = []
+    for name, process in declared.items():
+        if name in running and running[name].get("state") not in ("stopped", "exited"):
+            continue
+        started.append(agent.call("process.start", **_start_payload(process)))
+    return started
+
+
+def _live(agent: AgentChannel) -> dict[str, dict[str, Any]]:
+    listed = agent.call("process.list").get("processes")
+    return {
+        p["name"]: p for p in listed if isinstance(p, dict) and isinstance(p.get("name"), str)
+    } if isinstance(listed, list) else {}
+
+
+def start_after_boot(sandbox: Sandbox) -> None:
+    """Called once a sandbox runs: its processes start; a failure is an event, not an error
+    of the open (the processes are started again when they are next asked for)."""
+    if not _declared(sandbox) or not sandbox.agent:
+        return
+    try:
+        start_declared(sandbox)
+    except BoxyardError as error:
+        log.warning("managed processes of %s did not start: %s", sandbox.pk, error)
+        with transaction.atomic():
+            events.record("system", "process.start_failed", sandbox=sandbox, reason=str(error)[:200])
+
+
+def _agent_for(sandbox: Sandbox, operation: str) -> AgentChannel:
+    require_running(sandbox, operation)
+    if not sandbox.agent:
+        raise InvalidInput("process", "this sandbox runs without the agent, so it has no processes")
+    return channel(sandbox.container_id)
+
+
+def _render(info: dict[str, Any], declared: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": declared["name"],
+        "state": str(info.get("state", "")),
+        "generation": optional_int(info.get("generation")) or 0,
+        "restarts": optional_int(info.get("restarts")) or 0,
+        "pid": optional_int(info.get("pid")) or None,
+        "last_exit_code": optional_int(info.get("last_exit_code")),
+        "backoff_ms": optional_int(info.get("backoff_ms")) or 0,
+        "cmd": declared["cmd"],
+    }
+
+
+def list_processes(sandbox: Sandbox) -> list[dict[str, Any]]:
+    """The pipeline's processes in this sandbox, as they are now."""
+    declared = _declared(sandbox)
+    if not declared:
+        return []
+    if sandbox.state != State.RUNNING or not sandbox.agent:
+        return [
+            {"name": name, "state": "stopped", "generation": 0, "restarts": 0, "pid": None,
+             "last_exit_code": None, "backoff_ms": 0, "cmd": process["cmd"]}
+            for name, process in declared.items()
+        ]
+    agent = channel(sandbox.container_id)
+    start_declared(sandbox, agent)
+    live = _live(agent)
+    return [_render(live[name], declared[name]) for name in declared if name in live]
+
+
+def _process(sandbox: Sandbox, name: str, agent: AgentChannel) -> dict[str, Any]:
+    declared = _declared(sandbox)
+    if name not in declared:
+        raise NotFound(f"pipeline {sandbox.pipeline.slug} declares no process {name!r}", process=name)
+    start_declared(sandbox, agent)
+    for info in agent.call("process.list").get("processes") or []:
+        if isinstance(info, dict) and info.get("name") == name:
+            return {
+                **_render(info, declared[name]),
+                "exec": info.get("exec") if isinstance(info.get("exec"), str) else None,
+            }
+    raise NotFound(f"process {name!r} is not running in this sandbox", process=name)
+
+
+def write_stdin(
+    sandbox: Sandbox,
+    name: str,
+    data: bytes,
+    actor: Actor,
+    *,
+    eof: bool = False,
+    holder: str | None = None,
+    epoch: int | None = None,
+) -> dict[str, Any]:
+    """Write bytes to the process's stdin (its current run); `eof` closes it after them."""
+    if len(data) > MAX_STDIN_BYTES:
+        raise InvalidInput("data", f"at most {MAX_STDIN_BYTES} bytes per write")
+    with transaction.atomic():
+        locked = Sandbox.objects.locked().get(pk=sandbox.pk)
+        require_running(locked, "write to a process")
+        leases.authorize(locked, leases.clean_holder(holder, locked), leases.clean_epoch(epoch), actor)
+        Sandbox.objects.filter(pk=locked.pk).update(last_activity_at=Now())
+    agent = _agent_for(sandbox, "write to a process")
+    info = _process(sandbox, name, agent)
+    if info["state"] != "running" or not info["exec"]:
+        raise InvalidInput(
+            "process", f"{name} is {info['state']} (it is restarted after a backoff); try again"
+        )
+    agent.call("stdin", exec=info["exec"], data=base64.b64encode(data).decode(), eof=eof)
+    return {"ok": True, "generation": info["generation"]}
+
+
+def read_output(
+    sandbox: Sandbox,
+    name: str,
+    *,
+    since_seq: int = 0,
+    generation: int | None = None,
+    max_bytes: int | None = None,
+    wait_seconds: float = 0,
+) -> dict[str, Any]:
+    """The output of one run of the process (default: the current one) after `since_seq`;
+    with `wait_seconds`, wait that long for something new if there is nothing yet."""
+    if not 0 <= wait_seconds <= MAX_WAIT_SECONDS:
+        raise InvalidInput("wait_seconds", f"must be between 0 and {MAX_WAIT_SECONDS}")
+    agent = _agent_for(sandbox, "read a process")
+    info = _process(sandbox, name, agent)
+    run = generation or info["generation"]
+    if not 1 <= run <= info["generation"]:
+        raise InvalidInput("generation", f"must be between 1 and {info['generation']}")
+    answer = agent.call(
+        "output", deadline=wait_seconds + 30, on_slow=release_connection,
+        exec=f"{name}~{run}", since_seq=since_seq,
+        max_bytes=max_bytes or 0, timeout=wait_seconds,
+    )
+    return {
+        "name": name,
+        "generation": run,
+        "running": not answer.get("finished"),
+        "exit_code": optional_int(answer.get("exit_code")) if answer.get("finished") else None,
+        "chunks": render_chunks(answer.get("chunks")),
+    }
+
+
+def restart_process(
+    sandbox: Sandbox, name: str, actor: Actor, *, holder: str | None = None, epoch: int | None = None
+) -> dict[str, Any]:
+    """Stop the process (TERM, then KILL after 3 s) and start it again at once."""
+    with transaction.atomic():
+        locked = Sandbox.objects.locked().get(pk=sandbox.pk)
+        require_running(locked, "restart a process")
+        leases.authorize(locked, leases.clean_holder(holder, locked), leases.clean_epoch(epoch), actor)
+        events.record(actor, "process.restarted", sandbox=locked, process=name)
+    agent = _agent_for(sandbox, "restart a process")
+    _process(sandbox, name, agent)
+    info = agent.call("process.restart", deadline=60, **_start_payload(_declared(sandbox)[name]))
+    return _render(info, _declared(sandbox)[name])

@@ -1,0 +1,136 @@
+"""Shell sessions: create, list, delete.
+
+A session's live state is the agent's (in the sandbox); its row records how it was created,
+so the session can be brought back if the container is recreated.
+"""
+
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from boxyard.actors import Actor
+from boxyard.errors import BoxyardError, Conflict, InvalidInput, InvalidState, NotFound
+from sandboxes.models import Sandbox, ShellSession, State
+from sandboxes.runtime.agent import channel
+from sandboxes.scripts import WORKSPACE
+from sandboxes.services import events, leases
+from sandboxes.services.execs import (
+    clean_cwd,
+    clean_env,
+    clean_session_name,
+    require_running,
+)
+
+MAX_SESSIONS = 32
+
+
+def create_session(
+    sandbox: Sandbox,
+    name: object,
+    actor: Actor,
+    *,
+    cwd: object = None,
+    env: object = None,
+    holder: str | None = None,
+    epoch: int | None = None,
+) -> dict[str, Any]:
+    """Start a named shell session with its own cwd and environment."""
+    name = clean_session_name(name)
+    start_cwd = clean_cwd(cwd) or WORKSPACE
+    start_env = clean_env(env)
+    if name == "default":
+        raise Conflict("the default session always exists")
+    with transaction.atomic():
+        sandbox = Sandbox.objects.locked().get(pk=sandbox.pk)
+        require_running(sandbox, "create a session")
+        _require_agent(sandbox)
+        leases.authorize(sandbox, leases.clean_holder(holder, sandbox), leases.clean_epoch(epoch), actor)
+        if ShellSession.objects.filter(sandbox=sandbox).count() >= MAX_SESSIONS:
+            raise Conflict(f"a sandbox has at most {MAX_SESSIONS} sessions besides the default one")
+        try:
+            with transaction.atomic():
+                ShellSession.objects.create(
+                    sandbox=sandbox, name=name, cwd=start_cwd, env=start_env, actor=str(actor)
+                )
+        except IntegrityError:
+            raise Conflict(f"session {name!r} already exists", session=name) from None
+        events.record(actor, "session.created", sandbox=sandbox, session=name, cwd=start_cwd)
+    try:
+        live = channel(sandbox.container_id).call(
+            "session.ensure", session=name, init={"cwd": start_cwd, "env": start_env}
+        )
+    except BoxyardError:
+        ShellSession.objects.filter(sandbox=sandbox, name=name).delete()
+        raise
+    return _render(name, live)
+
+
+def list_sessions(sandbox: Sandbox) -> list[dict[str, Any]]:
+    """The sandbox's sessions with their live cwd and environment (as created, when the
+    sandbox is not running)."""
+    if sandbox.state == State.DESTROYED:
+        raise InvalidState("the sandbox is destroyed", state=sandbox.state)
+    rows = {row.name: row for row in ShellSession.objects.filter(sandbox=sandbox)}
+    live: dict[str, dict[str, Any]] = {}
+    if sandbox.agent and sandbox.state == State.RUNNING:
+        try:
+            answer = channel(sandbox.container_id).call("session.list")
+        except BoxyardError:
+            answer = {"sessions": []}
+        listed = answer.get("sessions")
+        live = {
+            session["name"]: session
+            for session in (listed if isinstance(listed, list) else [])
+            if isinstance(session, dict) and isinstance(session.get("name"), str)
+        }
+    found = [_render("default", live.get("default"), WORKSPACE, {})]
+    for name, row in sorted(rows.items()):
+        found.append(_render(name, live.get(name), row.cwd, row.env))
+    return found
+
+
+def _render(
+    name: str, live: dict[str, Any] | None, cwd: str = WORKSPACE, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    if live is None:
+        return {"name": name, "cwd": cwd, "env": env or {}, "busy": False, "started": False}
+    # Read from the sandbox: only what has the right shape is shown.
+    live_env = live.get("env")
+    return {
+        "name": name,
+        "cwd": live["cwd"] if isinstance(live.get("cwd"), str) else cwd,
+        "env": {
+            key: value for key, value in live_env.items()
+            if isinstance(key, str) and isinstance(value, str)
+        } if isinstance(live_env, dict) else {},
+        "busy": live.get("busy") is True,
+        "started": True,
+    }
+
+
+def delete_session(
+    sandbox: Sandbox, name: object, actor: Actor, *, holder: str | None = None, epoch: int | None = None
+) -> None:
+    """End a session's shell (and whatever runs in it) and forget it."""
+    name = clean_session_name(name)
+    if name == "default":
+        raise InvalidInput("session", "the default session cannot be deleted")
+    with transaction.atomic():
+        sandbox = Sandbox.objects.locked().get(pk=sandbox.pk)
+        leases.authorize(sandbox, leases.clean_holder(holder, sandbox), leases.clean_epoch(epoch), actor)
+        deleted, _ = ShellSession.objects.filter(sandbox=sandbox, name=name).delete()
+        if not deleted:
+            raise NotFound(f"no shell session {name!r} in this sandbox", session=name)
+        events.record(actor, "session.deleted", sandbox=sandbox, session=name)
+    if sandbox.agent and sandbox.state == State.RUNNING:
+        try:
+            channel(sandbox.container_id).call("session.delete", session=name)
+        except NotFound:
+            pass  # the agent never started it, or lost it with a restart
+
+
+def _require_agent(sandbox: Sandbox) -> None:
+    if not sandbox.agent:
+        raise InvalidInput(
+            "session", "this sandbox runs without the agent, so it has only the default session"
+        )
