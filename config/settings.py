@@ -89,10 +89,14 @@ TEMPLATES = [
 DATABASES = {
     "default": dj_database_url.parse(
         env_str("DATABASE_URL", f"sqlite:///{DATA_DIR / 'boxyard.sqlite3'}"),
-        conn_max_age=env_int("BOXYARD_DB_CONN_MAX_AGE", 0, minimum=0),
     )
 }
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+_SQLITE = DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3"
+# Connections kept open (seconds): SQLite's cost nothing to keep; a PostgreSQL server's are
+# counted, so there it is the operator's choice.
+DATABASES["default"]["CONN_MAX_AGE"] = env_int("BOXYARD_DB_CONN_MAX_AGE", 600 if _SQLITE else 0, minimum=0)
+if _SQLITE:
+    DATABASES["default"]["ENGINE"] = "boxyard.db.sqlite3"  # writers queue in the process
     DATABASES["default"]["OPTIONS"] = {
         "transaction_mode": "IMMEDIATE",
         "timeout": 30,

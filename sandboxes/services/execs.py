@@ -19,7 +19,7 @@ from typing import Any
 
 from django.conf import settings
 from django import db
-from django.db import close_old_connections, transaction
+from django.db import transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -444,7 +444,7 @@ def _watch(container: str, exec_pk: object, limit: int) -> None:
         except Exception:  # noqa: BLE001 - a watcher must never take the process down
             log.exception("watching background exec %s failed", exec_pk)
         finally:
-            close_old_connections()
+            db.connection.close()  # the thread ends here: so does its connection
 
     threading.Thread(target=watch, name=f"watch-{str(exec_pk)[:8]}", daemon=True).start()
 

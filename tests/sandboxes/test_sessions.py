@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from django.conf import settings
+from django.db import connection
 
 from boxyard.errors import Conflict, InvalidInput, NotFound
 from sandboxes import services
@@ -35,6 +36,18 @@ def sandbox(pipeline, bot, docker_engine):
 def run(sandbox, bot, cmd, **kwargs):
     request = services.clean_request(sandbox, cmd=cmd, **kwargs)
     return services.run_exec(sandbox, request, bot)
+
+
+def in_thread(function):
+    """For a pool thread: its own database connection is closed when it is done."""
+
+    def call(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        finally:
+            connection.close()
+
+    return call
 
 
 def test_cd_and_export_persist_in_a_session(sandbox, bot) -> None:
@@ -93,7 +106,7 @@ def test_commands_of_one_session_run_one_at_a_time_in_order(sandbox, bot) -> Non
     with ThreadPoolExecutor(3) as pool:
         futures = []
         for index in range(3):
-            futures.append(pool.submit(slow, index))
+            futures.append(pool.submit(in_thread(slow), index))
             time.sleep(0.1)  # each is sent after the previous one is in
         results = [future.result() for future in futures]
     elapsed = time.monotonic() - started
@@ -107,7 +120,8 @@ def test_sessions_run_in_parallel(sandbox, bot) -> None:
     services.create_session(sandbox, "second", bot)
     started = time.monotonic()
     with ThreadPoolExecutor(2) as pool:
-        results = list(pool.map(lambda name: run(sandbox, bot, "sleep 1", session=name), ["default", "second"]))
+        sleep = in_thread(lambda name: run(sandbox, bot, "sleep 1", session=name))
+        results = list(pool.map(sleep, ["default", "second"]))
     elapsed = time.monotonic() - started
     assert [result.exit_code for result in results] == [0, 0]
     assert elapsed < 1.8, f"two sleeps of 1 s in two sessions took {elapsed:.2f} s"
@@ -183,7 +197,7 @@ def test_background_exec_output_arrives_in_order_to_every_poller(sandbox, bot) -
         return seqs, "".join(out), "".join(err)
 
     with ThreadPoolExecutor(3) as pool:
-        seen = list(pool.map(lambda _: poll(), range(3)))
+        seen = list(pool.map(in_thread(lambda _: poll()), range(3)))
     expected = "".join(f"line{i}\n" for i in range(1, 201))
     for seqs, out, err in seen:
         assert seqs == list(range(1, len(seqs) + 1)), "a gap or a duplicate"
