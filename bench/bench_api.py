@@ -215,16 +215,17 @@ def variants(client: Any, sandbox_id: str, raw: RawDocker, container: str,
     }
 
 
-def measure(
-    args: argparse.Namespace, deployment: str, data_dir: Path
-) -> tuple[dict[str, Any], dict[str, Stats], list[float]]:
-    """Run the server and the rounds: (environment, figures per variant, server exec ms)."""
+def prepare(
+    image: str, deployment: str, data_dir: Path, title: str = "Boxyard bot API benchmark: exec over HTTP"
+) -> tuple[dict[str, str], str, RawDocker, dict[str, Any]]:
+    """The server's database, pipeline and token, the raw baseline with the same profile, and
+    the environment (printed): (server env, token, raw docker, environment)."""
     import docker
     import httpx
 
     env = server_env(data_dir, deployment)
     manage(env, "migrate", "--verbosity", "0")
-    printed = manage(env, "create_pipeline", PIPELINE, "--image", args.image, "--print-token")
+    printed = manage(env, "create_pipeline", PIPELINE, "--image", image, "--print-token")
     token = printed.strip().splitlines()[-1]
     profile, user = pipeline_profile(env)
 
@@ -232,9 +233,17 @@ def measure(
     env_info = environment(api)
     env_info["daphne"] = _version("daphne")
     env_info["httpx"] = httpx.__version__
-    print_environment(env_info)
+    print_environment(env_info, title)
+    return env, token, RawDocker(api, deployment, profile, user), env_info
 
-    raw = RawDocker(api, deployment, profile, user)
+
+def measure(
+    args: argparse.Namespace, deployment: str, data_dir: Path
+) -> tuple[dict[str, Any], dict[str, Stats], list[float]]:
+    """Run the server and the rounds: (environment, figures per variant, server exec ms)."""
+    import httpx
+
+    env, token, raw, env_info = prepare(args.image, deployment, data_dir)
     server_exec_ms: list[float] = []
     with daphne(env, data_dir) as server:
         headers = {"Authorization": f"Bearer {token}"}
@@ -271,12 +280,8 @@ def _version(distribution: str) -> str:
 # --- reporting ----------------------------------------------------------------------------------
 
 
-def print_environment(env: dict[str, Any]) -> None:
-    core_print_environment(
-        env,
-        "Boxyard bot API benchmark: exec over HTTP",
-        f", daphne {env['daphne']}, httpx {env['httpx']}",
-    )
+def print_environment(env: dict[str, Any], title: str) -> None:
+    core_print_environment(env, title, f", daphne {env['daphne']}, httpx {env['httpx']}")
 
 
 def _triple(values: tuple[float, ...], fmt: str) -> str:

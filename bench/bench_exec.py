@@ -62,23 +62,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_api import (  # bench/ is not a package: found through sys.path above
     PIPELINE,
-    _version,
     daphne,
-    manage,
-    pipeline_profile,
-    server_env,
+    prepare,
 )
 from bench_core import (
     DEFAULT_IMAGE,
     RawDocker,
     Stats,
     Variant,
-    environment,
     remove_deployment,
     run_interleaved,
     timed,
 )
-from bench_core import print_environment as core_print_environment
 
 VARIANTS = {
     "raw": 'docker-py exec_run(["true"])',
@@ -351,14 +346,6 @@ def _triple(values: tuple[float, ...], fmt: str) -> str:
     return "/".join(format(value, fmt) for value in values)
 
 
-def print_environment(env: dict[str, Any]) -> None:
-    core_print_environment(
-        env,
-        "Boxyard exec engine benchmark: sessions, one-shot, concurrency",
-        f", daphne {env['daphne']}, httpx {env['httpx']}",
-    )
-
-
 def print_rounds(stats: dict[str, Stats], server: dict[str, Stats], image: str) -> None:
     raw = stats["raw"]
     print(f"exec `true` on {image}, n={raw.n} per variant")
@@ -451,22 +438,11 @@ def write_json(path: Path, env: dict[str, Any], config: dict[str, Any], stats: d
 
 
 def run(args: argparse.Namespace, deployment: str, data_dir: Path) -> dict[str, Any]:
-    import docker
     import httpx
 
-    env = server_env(data_dir, deployment)
-    manage(env, "migrate", "--verbosity", "0")
-    printed = manage(env, "create_pipeline", PIPELINE, "--image", args.image, "--print-token")
-    token = printed.strip().splitlines()[-1]
-    profile, user = pipeline_profile(env)
-
-    docker_api = docker.APIClient(version="auto", timeout=120, **docker.utils.kwargs_from_env())
-    env_info = environment(docker_api)
-    env_info["daphne"] = _version("daphne")
-    env_info["httpx"] = httpx.__version__
-    print_environment(env_info)
-
-    raw = RawDocker(docker_api, deployment, profile, user)
+    env, token, raw, env_info = prepare(
+        args.image, deployment, data_dir, "Boxyard exec engine benchmark: sessions, one-shot, concurrency"
+    )
     rng = random.Random(args.seed)
     concurrency = None
     with daphne(env, data_dir) as server:

@@ -67,6 +67,13 @@ def _with_fresh_connection(view: Callable[..., Any], *args: Any, **kwargs: Any) 
         close_old_connections()
 
 
+async def in_pool(function: Callable[..., Any], *args: Any) -> Any:
+    """Call a blocking function from async code in the sandbox pool (e.g. a token lookup):
+    a thread that is already there, not one started for the request."""
+    call = sync_to_async(_with_fresh_connection, thread_sensitive=False, executor=_pool)
+    return await call(function, *args)
+
+
 def offloaded(view: Callable[..., Any]) -> Callable[..., Coroutine[Any, Any, Any]]:
     """Serve a blocking view from the sandbox pool (ninja reads the signature it wraps)."""
 
