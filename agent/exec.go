@@ -515,6 +515,12 @@ func killTree(pid int, sig syscall.Signal, execID string) {
 		syscall.Kill(-child, sig)
 		syscall.Kill(child, sig)
 	}
+	if sig == syscall.SIGKILL {
+		// One more sweep for what was being forked while the first one ran.
+		for _, straggler := range marked(execID) {
+			syscall.Kill(straggler, sig)
+		}
+	}
 }
 
 func descendants(root int) []int {

@@ -123,12 +123,24 @@ func oneshot(args []string) int {
 		fmt.Fprintf(os.Stderr, "boxyard: %s\n", errorText(err))
 		return 126
 	}
+	var timer *time.Timer
+	killed := make(chan struct{})
 	if timeout > 0 {
-		time.AfterFunc(time.Duration(timeout*float64(time.Second)), func() {
+		timer = time.AfterFunc(time.Duration(timeout*float64(time.Second)), func() {
 			killTree(proc.Pid, syscall.SIGKILL, id)
+			close(killed)
 		})
 	}
 	state, err := proc.Wait()
+	if timer != nil && !timer.Stop() {
+		// The timeout fired: the command ended because it was killed. Finish the killing
+		// before exiting (this process's end would cut it short), then sweep once more for
+		// what was being forked meanwhile.
+		<-killed
+		for _, straggler := range marked(id) { // by marker only: the pid itself is reaped
+			syscall.Kill(straggler, syscall.SIGKILL)
+		}
+	}
 	if err != nil {
 		return 1
 	}
