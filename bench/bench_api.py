@@ -338,14 +338,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.seed is None:
-        args.seed = random.randrange(2**32)
+@contextmanager
+def throwaway(prefix: str) -> Iterator[tuple[str, Path]]:
+    """A deployment label and a data directory for one run; afterwards every container and
+    volume of that label is removed and the directory deleted, whatever happened."""
     deployment = f"bench-{uuid.uuid4().hex[:8]}"
-    data_dir = Path(tempfile.mkdtemp(prefix="boxyard-bench-api-"))
+    data_dir = Path(tempfile.mkdtemp(prefix=prefix))
     try:
-        env_info, stats, server_exec_ms = measure(args, deployment, data_dir)
+        yield deployment, data_dir
     finally:
         import docker
 
@@ -356,6 +356,14 @@ def main(argv: list[str] | None = None) -> int:
             f"cleanup: server stopped; removed {containers} containers, {volumes} volumes ({deployment})\n",
             file=sys.stderr,
         )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.seed is None:
+        args.seed = random.randrange(2**32)
+    with throwaway("boxyard-bench-api-") as (deployment, data_dir):
+        env_info, stats, server_exec_ms = measure(args, deployment, data_dir)
 
     server_exec = Stats("server-measured exec", list(server_exec_ms))
     print_results(stats, server_exec, args.image)

@@ -46,12 +46,9 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import shutil
 import sys
-import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -64,13 +61,13 @@ from bench_api import (  # bench/ is not a package: found through sys.path above
     PIPELINE,
     daphne,
     prepare,
+    throwaway,
 )
 from bench_core import (
     DEFAULT_IMAGE,
     RawDocker,
     Stats,
     Variant,
-    remove_deployment,
     run_interleaved,
     timed,
 )
@@ -487,21 +484,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.seed is None:
         args.seed = random.randrange(2**32)
-    deployment = f"bench-{uuid.uuid4().hex[:8]}"
-    data_dir = Path(tempfile.mkdtemp(prefix="boxyard-bench-exec-"))
-    try:
+    with throwaway("boxyard-bench-exec-") as (deployment, data_dir):
         result = run(args, deployment, data_dir)
-    finally:
-        import docker
-
-        docker_api = docker.APIClient(version="auto", timeout=120, **docker.utils.kwargs_from_env())
-        containers, volumes = remove_deployment(docker_api, deployment)
-        shutil.rmtree(data_dir, ignore_errors=True)
-        print(
-            f"cleanup: server stopped; removed {containers} containers, {volumes} volumes "
-            f"({deployment})\n",
-            file=sys.stderr,
-        )
 
     stats, concurrency = result["stats"], result["concurrency"]
     print_rounds(stats, result["server"], args.image)
