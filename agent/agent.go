@@ -121,6 +121,37 @@ func (a *Agent) run(c *conn, req *request) {
 		c.answer(req.ID, nil, fail("bad_request", "exec (an id for the exec) is required"))
 		return
 	}
+	limit := req.Limit
+	if limit <= 0 {
+		limit = 256 << 10
+	}
+	keep := req.Keep
+	if keep < limit {
+		keep = maxInt(limit, defaultKeep)
+	}
+	answer := func(e *Exec) func() {
+		return func() {
+			result := e.status()
+			result["stdout"], result["stderr"] = e.head(limit)
+			c.answer(req.ID, result, nil)
+		}
+	}
+	if req.Fresh {
+		if req.Background || req.Session != "" {
+			c.answer(req.ID, nil, fail("bad_request", "a fresh command runs in the foreground, outside any session"))
+			return
+		}
+		e := newExec(req.Exec, "", false, keep)
+		if err := a.register(e); err != nil {
+			c.answer(req.ID, nil, err)
+			return
+		}
+		go func() {
+			a.runFresh(e, req)
+			answer(e)()
+		}()
+		return
+	}
 	name := req.Session
 	if name == "" {
 		name = "default"
@@ -129,14 +160,6 @@ func (a *Agent) run(c *conn, req *request) {
 	if err != nil {
 		c.answer(req.ID, nil, err)
 		return
-	}
-	limit := req.Limit
-	if limit <= 0 {
-		limit = 256 << 10
-	}
-	keep := req.Keep
-	if keep < limit {
-		keep = maxInt(limit, defaultKeep)
 	}
 	e := newExec(req.Exec, s.name, req.Background, keep)
 	if err := a.register(e); err != nil {
@@ -148,12 +171,7 @@ func (a *Agent) run(c *conn, req *request) {
 		c.answer(req.ID, e.status(), nil)
 		return
 	}
-	answer := func() {
-		result := e.status()
-		result["stdout"], result["stderr"] = e.head(limit)
-		c.answer(req.ID, result, nil)
-	}
-	if err := s.enqueue(&job{exec: e, req: req, answer: answer}); err != nil {
+	if err := s.enqueue(&job{exec: e, req: req, answer: answer(e)}); err != nil {
 		e.finish(-1, false, false, "", err.Error())
 		c.answer(req.ID, nil, err)
 	}
@@ -178,6 +196,33 @@ func (a *Agent) startBackground(s *Session, e *Exec, req *request) {
 		code, err := sp.wait(e, 200*time.Millisecond)
 		e.finish(code, timedOut(), false, "", errorText(err))
 	}()
+}
+
+// runFresh runs one foreground command outside any session, as a new engine exec would: in
+// cwd (default /workspace), with the sandbox's own environment and the request's on top, in a
+// process group of its own whose whole tree the timeout kills.
+func (a *Agent) runFresh(e *Exec, req *request) {
+	argv := req.Argv
+	if req.Shell != nil {
+		argv = []string{a.shellPath, "-c", *req.Shell}
+	}
+	cwd := req.Cwd
+	if cwd == "" {
+		cwd = "/workspace"
+	}
+	if info, err := os.Stat(cwd); err != nil || !info.IsDir() {
+		e.append("stderr", []byte(fmt.Sprintf("boxyard: cwd %s is not a directory\n", cwd)))
+		e.finish(210, false, false, "", "")
+		return
+	}
+	sp, err := spawn(e, argv, cwd, overlay(a.baseEnv, req.Env), false)
+	if err != nil {
+		failToStart(e, err)
+		return
+	}
+	timedOut := watchTimeout(e, req.Timeout)
+	code, err := sp.wait(e, 20*time.Millisecond)
+	e.finish(code, timedOut(), false, "", errorText(err))
 }
 
 // shellArgv runs a shell command with the shell found at start, whatever PATH says.

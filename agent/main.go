@@ -4,7 +4,8 @@
 //	boxyard-agent serve    the daemon; it listens on a unix socket in the sandbox's /tmp
 //	boxyard-agent bridge   joins stdin and stdout to the daemon, starting it if needed
 //	boxyard-agent oneshot TIMEOUT CWD argv|shell CMD...
-//	                       runs one command outside any session (a fresh engine exec)
+//	                       runs one command in the exec's own stdio, outside any session
+//	                       (for a sandbox that runs one command and is closed: compute mode)
 //
 // Boxyard starts one bridge per (Boxyard process, sandbox) with the engine's exec and keeps it
 // open, so a command costs a write on an open stream instead of a new exec in the engine.
@@ -26,7 +27,8 @@ import (
 	"time"
 )
 
-const version = "1"
+// The protocol's version, answered to ping: 2 added fresh runs (outside any session).
+const version = "2"
 
 var (
 	stateDir   = "/tmp/.boxyard"

@@ -31,6 +31,7 @@ type request struct {
 	Init       *sessionInit      `json:"init,omitempty"`
 	Timeout    float64           `json:"timeout,omitempty"`
 	Background bool              `json:"background,omitempty"`
+	Fresh      bool              `json:"fresh,omitempty"`
 	Stdin      bool              `json:"stdin,omitempty"`
 	Limit      int               `json:"limit,omitempty"`
 	Keep       int               `json:"keep,omitempty"`

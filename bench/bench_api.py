@@ -1,20 +1,20 @@
 #!/usr/bin/env python
 """The bot API's exec, over HTTP to a real server, side by side with raw docker-py.
 
-A bot runs a command with `POST /api/v1/sandboxes/{id}/exec {"cmd": ["true"]}`; the same
-engine work done directly is docker-py's `exec_run(["true"])` (`exec_create` + `exec_start` +
-`exec_inspect`) on a running container of the same image. Both are measured in the same run,
-interleaved (each round runs every variant once, in a new random order; see `bench_core.py`),
-so the difference is what the API adds: HTTP, ASGI, authentication, the thread pool the
-sandbox views run in, the service layer with its database transactions, and the in-sandbox
-exec wrapper.
+A bot runs a command with `POST /api/v1/sandboxes/{id}/exec {"cmd": ["true"]}` (in the
+sandbox's default session, through its agent); what a docker-py user would do instead is
+`exec_run(["true"])` (`exec_create` + `exec_start` + `exec_inspect`) on a running container of
+the same image. Both are measured in the same run, interleaved (each round runs every variant
+once, in a new random order; see `bench_core.py`). `bench_exec.py` goes further (fresh
+commands, first execs, concurrency) with these helpers.
 
     .venv/bin/python bench/bench_api.py [--n 100] [--warmup 10] [--image IMAGE] [--json PATH]
 
 Two more variants place the floor under the API figure: `GET /healthz` (a plain Django view:
 HTTP and ASGI only) and `GET /api/v1/sandboxes/{id}` (the same plus django-ninja, token
 authentication, the thread pool and two queries, but no engine call). Each exec answer also
-carries `duration_ms`, the server's own measure of the engine exec, reported alongside.
+carries `duration_ms`, the server's own measure of the command in the sandbox, reported
+alongside.
 
 The server is daphne serving `config.asgi:application` on 127.0.0.1 at a free port, with a
 throw-away data directory (SQLite database), the deployment label `bench-<random>` and its own
@@ -297,7 +297,7 @@ def print_results(stats: dict[str, Stats], server_exec: Stats, image: str) -> No
     print("  " + "-" * (len(header) - 2))
     for name, description in VARIANTS.items():
         print(f"  {description:<58} {_triple(stats[name].percentiles(), '.1f'):>19}")
-    print(f"  {'  of which the engine exec, as the server measured it':<58} "
+    print(f"  {'  of which the command, as the server measured it':<58} "
           f"{_triple(server_exec.percentiles(), '.1f'):>19}")
     print()
     print(f"  API / raw, p50/p90/p99: {_triple(ratios, '.2f')}")

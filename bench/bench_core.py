@@ -12,10 +12,12 @@ milliseconds, so the ratio is larger on a faster engine: read it with the p50 di
 Measured:
 - open a new sandbox (cold): `services.open_sandbox` until its container runs, against
   `create_volume` + `create_container` + `start` with the same hardening;
-- exec `true` in a running sandbox: `services.run_exec` (argv and shell-string forms) against
-  what docker-py's `Container.exec_run` does (`exec_create` + `exec_start` + `exec_inspect`).
-  A breakdown adds raw docker-py running Boxyard's in-sandbox wrapper script, and Boxyard's
-  runtime layer without the database, to show where the difference comes from.
+- exec `true` in a running sandbox: `services.run_exec` against what docker-py's
+  `Container.exec_run` does (`exec_create` + `exec_start` + `exec_inspect`): in the default
+  session (argv and shell-string forms) and fresh (outside any session), both through the
+  sandbox's agent, and in a new engine exec (compute mode's path). A breakdown adds raw
+  docker-py running the agent's one-shot runner, and Boxyard's runtime layer running it
+  without the database, to show where the engine path's difference comes from.
 
 The benchmark uses its own SQLite database in a temporary directory and its own deployment
 label; every container and volume carrying that label is removed at the end, even on failure.
@@ -332,8 +334,10 @@ def remove_deployment(api: Any, deployment: str) -> tuple[int, int]:
 EXEC_VARIANTS = {
     "raw argv": 'docker-py exec_run(["true"])',
     "raw sh -c": 'docker-py exec_run(["sh", "-c", "true"])',
-    "raw wrapper": "docker-py exec_run(Boxyard's exec wrapper running true)",
-    "runtime wrapper": "Boxyard runtime.exec(same wrapper), no database",
+    "raw runner": "docker-py exec_run(the agent's one-shot runner running true)",
+    "runtime runner": "Boxyard runtime.exec(same runner), no database",
+    "boxyard engine": 'services.run_exec(cmd=["true"], engine=True)',
+    "boxyard fresh": 'services.run_exec(cmd=["true"], fresh)',
     "boxyard argv": 'services.run_exec(cmd=["true"])',
     "boxyard shell": 'services.run_exec(cmd="true")',
 }
@@ -396,34 +400,37 @@ class Bench:
 
     def exec_variants(self, sandbox: Any, raw_container: str) -> dict[str, Variant]:
         from sandboxes import services
-        from sandboxes.runtime import get_runtime
-        from sandboxes.scripts import EXEC, sh
+        from sandboxes.runtime import AGENT_PATH, get_runtime
 
         pipeline = sandbox.pipeline
         timeout = str(pipeline.exec_timeout_seconds)
-        wrapper = sh(EXEC, "boxyard-exec", timeout, WORKSPACE, "argv", "true")
+        # What a command in a new engine exec runs in a sandbox with the agent (compute mode).
+        runner = [AGENT_PATH, "oneshot", timeout, WORKSPACE, "argv", "true"]
 
-        def raw(cmd: list[str]) -> int:
-            return self.raw.exec_run(raw_container, cmd)
+        def raw(cmd: list[str], container: str = raw_container) -> int:
+            return self.raw.exec_run(container, cmd)
 
         def runtime_only() -> int:
             return get_runtime().exec(
                 sandbox.container_id,
-                wrapper,
+                runner,
                 env=pipeline.env or None,
                 output_limit=pipeline.output_limit_bytes,
                 deadline_seconds=pipeline.exec_timeout_seconds + 15,
             ).exit_code
 
-        def boxyard(cmd: object) -> int:
-            request = services.clean_request(sandbox, cmd=cmd)
+        def boxyard(cmd: object, **how: bool) -> int:
+            request = services.clean_request(sandbox, cmd=cmd, **how)
             return services.run_exec(sandbox, request, self.actor).exit_code
 
         operations: dict[str, Callable[[], int]] = {
             "raw argv": lambda: raw(["true"]),
             "raw sh -c": lambda: raw(["sh", "-c", "true"]),
-            "raw wrapper": lambda: raw(wrapper),
-            "runtime wrapper": runtime_only,
+            # The runner lives on the agent's volume: run it in the sandbox's own container.
+            "raw runner": lambda: raw(runner, sandbox.container_id),
+            "runtime runner": runtime_only,
+            "boxyard engine": lambda: boxyard(["true"], engine=True),
+            "boxyard fresh": lambda: boxyard(["true"], one_shot=True),
             "boxyard argv": lambda: boxyard(["true"]),
             "boxyard shell": lambda: boxyard("true"),
         }
@@ -486,6 +493,8 @@ def comparisons(sections: list[Section]) -> list[Comparison]:
             argv, shell = stats["boxyard argv"], stats["boxyard shell"]
             rows.append(Comparison('exec ["true"]', image, stats["raw argv"], argv))
             rows.append(Comparison('exec "true" (shell)', image, stats["raw sh -c"], shell))
+            rows.append(Comparison("exec fresh", image, stats["raw argv"], stats["boxyard fresh"]))
+            rows.append(Comparison("exec, engine exec", image, stats["raw argv"], stats["boxyard engine"]))
     return rows
 
 
@@ -520,7 +529,7 @@ def print_breakdown(sections: list[Section]) -> None:
         for name, description in EXEC_VARIANTS.items():
             stats = section.stats[name]
             print(
-                f"  {description:<56} {_triple(stats.percentiles(), '.1f'):>17} ms  "
+                f"  {description:<62} {_triple(stats.percentiles(), '.1f'):>17} ms  "
                 f"x {_triple(stats.ratios_to(base), '.2f')}"
             )
         print()

@@ -17,6 +17,8 @@ is reported alongside, so the HTTP round trip can be split into the command and 
     .venv/bin/python bench/bench_exec.py [--n 200] [--warmup 20] [--image IMAGE] [--json PATH]
 
 Measured separately:
+- the server's CPU per request of each API variant: 200 requests sent one after another, the
+  daphne process's user + system CPU (from /proc) before and after;
 - the first exec of a new sandbox: a sandbox opened for a scope never used before, then its
   first `{"cmd": "true"}` timed (this includes opening the channel to the agent and starting
   the default session's shell), interleaved with raw docker-py's first `exec_run(["true"])`
@@ -45,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 import threading
@@ -196,6 +199,42 @@ def measure_rounds(args: argparse.Namespace, api: Api, raw: RawDocker,
     # Every variant ran once per round, warm-up rounds included: keep the measured rounds.
     server = {name: Stats(name, samples[args.warmup:]) for name, samples in server_ms.items()}
     return stats, server
+
+
+# --- the server's CPU per request -------------------------------------------------------------
+
+CPU_REQUESTS = 200
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU a process has used so far (Linux: /proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure_server_cpu(api: Api, server_pid: int) -> dict[str, float]:
+    """CPU the server spends per request of each API variant (ms), over CPU_REQUESTS sent one
+    after another: the resource a burst of requests contends for."""
+    sandbox_id = api.open("cpu")
+    requests = {
+        "api session": lambda: api.exec(sandbox_id, {"cmd": "true"}),
+        "api session argv": lambda: api.exec(sandbox_id, {"cmd": ["true"]}),
+        "api one-shot": lambda: api.exec(sandbox_id, {"cmd": ["true"], "fresh": True}),
+        "api get": lambda: api.call("GET", f"/api/v1/sandboxes/{sandbox_id}"),
+        "healthz": lambda: api.call("GET", "/healthz"),
+    }
+    per_request: dict[str, float] = {}
+    try:
+        for name, request in requests.items():
+            for _ in range(10):  # warm
+                request()
+            before = process_cpu_seconds(server_pid)
+            for _ in range(CPU_REQUESTS):
+                request()
+            per_request[name] = (process_cpu_seconds(server_pid) - before) * 1000 / CPU_REQUESTS
+    finally:
+        api.close(sandbox_id)
+    return per_request
 
 
 # --- 6: the first exec of a new sandbox ---------------------------------------------------------
@@ -360,6 +399,13 @@ def print_rounds(stats: dict[str, Stats], server: dict[str, Stats], image: str) 
     print()
 
 
+def print_cpu(cpu: dict[str, float]) -> None:
+    print(f"server CPU per request ({CPU_REQUESTS} sent one after another)")
+    for name, milliseconds in cpu.items():
+        print(f"  {VARIANTS[name]:<54} {milliseconds:>6.2f} ms")
+    print()
+
+
 def print_first(first: dict[str, Stats], first_server: Stats, raw_warm: Stats) -> None:
     api, raw = first["api first"], first["raw first"]
     print(f"first exec of a new sandbox, n={api.n}")
@@ -405,8 +451,9 @@ def _rounded(values: tuple[float, ...]) -> list[float]:
 
 
 def write_json(path: Path, env: dict[str, Any], config: dict[str, Any], stats: dict[str, Stats],
-               server: dict[str, Stats], first: dict[str, Stats], first_server: Stats,
-               concurrency: Concurrency | None, checks: list[dict[str, Any]]) -> None:
+               server: dict[str, Stats], cpu: dict[str, float], first: dict[str, Stats],
+               first_server: Stats, concurrency: Concurrency | None,
+               checks: list[dict[str, Any]]) -> None:
     raw = stats["raw"]
     payload = {
         "environment": env,
@@ -420,6 +467,7 @@ def write_json(path: Path, env: dict[str, Any], config: dict[str, Any], stats: d
             for name, figures in stats.items()
         },
         "server_duration": {name: figures.summary() for name, figures in server.items()},
+        "server_cpu_ms_per_request": {name: round(value, 3) for name, value in cpu.items()},
         "first_exec": {
             **{name: figures.summary() for name, figures in first.items()},
             "api first, server duration": first_server.summary(),
@@ -451,6 +499,7 @@ def run(args: argparse.Namespace, deployment: str, data_dir: Path) -> dict[str, 
             api = Api(client, server.tail)
             try:
                 stats, server_ms = measure_rounds(args, api, raw, rng)
+                cpu = measure_server_cpu(api, server.process.pid)
                 first, first_server = measure_first_exec(args, api, raw, rng)
                 if not args.skip_concurrency:
                     print("  concurrency: 100 x sleep 5 ...", file=sys.stderr)
@@ -458,7 +507,7 @@ def run(args: argparse.Namespace, deployment: str, data_dir: Path) -> dict[str, 
             finally:
                 api.close_all()
     return {
-        "env": env_info, "stats": stats, "server": server_ms, "first": first,
+        "env": env_info, "stats": stats, "server": server_ms, "cpu": cpu, "first": first,
         "first_server": first_server, "concurrency": concurrency,
     }
 
@@ -489,6 +538,7 @@ def main(argv: list[str] | None = None) -> int:
 
     stats, concurrency = result["stats"], result["concurrency"]
     print_rounds(stats, result["server"], args.image)
+    print_cpu(result["cpu"])
     print_first(result["first"], result["first_server"], stats["raw"])
     if concurrency is not None:
         print_concurrency(concurrency)
@@ -497,7 +547,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         config = {key: str(v) if isinstance(v, Path) else v for key, v in vars(args).items()}
         write_json(args.json, result["env"], config | {"deployment": deployment}, stats,
-                   result["server"], result["first"], result["first_server"], concurrency, checks)
+                   result["server"], result["cpu"], result["first"], result["first_server"],
+                   concurrency, checks)
         print(f"raw figures written to {args.json}")
     return 0
 

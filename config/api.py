@@ -12,21 +12,15 @@ from ninja.security import APIKeyCookie, HttpBearer
 
 from boxyard.errors import BoxyardError, InvalidInput, RuntimeUnavailable
 from pipelines.api import router as pipelines_router
-from sandboxes.api import in_pool
 from sandboxes.api import router as sandboxes_router
 from sandboxes.selectors import Principal, principal_for_token, principal_for_user
 
 
 class PipelineToken(HttpBearer):
-    """`Authorization: Bearer <pipeline token>`: acts on that pipeline only.
+    """`Authorization: Bearer <pipeline token>`: acts on that pipeline only."""
 
-    Asynchronous, so that under ASGI the lookup runs in the sandbox pool's threads rather than
-    in a thread started for each request."""
-
-    is_async = True
-
-    async def authenticate(self, request: HttpRequest, token: str) -> Principal | None:  # type: ignore[override]
-        return await in_pool(principal_for_token, token)  # type: ignore[no-any-return]
+    def authenticate(self, request: HttpRequest, token: str) -> Principal | None:
+        return principal_for_token(token)
 
 
 class StaffSession(APIKeyCookie):

@@ -1,5 +1,6 @@
 """Who is calling, and which pipelines they may touch."""
 
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -12,6 +13,12 @@ from pipelines.models import Pipeline, PipelineToken, hash_token
 
 # last_used_at is written at most this often per token, not on every call.
 _TOKEN_TOUCH_INTERVAL = timedelta(seconds=30)
+# How long a token's pipeline is kept in the process (see principal_for_token), and how many.
+PRINCIPAL_CACHE_SECONDS = 2.0
+_PRINCIPALS_KEPT = 1000
+# token digest -> (monotonic expiry, principal); whole-value reads and writes of a dict are
+# atomic, and a lost race only means one more lookup.
+_principals: dict[str, tuple[float, "Principal"]] = {}
 
 
 @dataclass(frozen=True)
@@ -27,18 +34,34 @@ class Principal:
 
 
 def principal_for_token(token: str) -> Principal | None:
-    row = (
-        PipelineToken.objects.active()
-        .select_related("pipeline")
-        .filter(digest=hash_token(token))
-        .first()
-    )
+    """The pipeline a token acts for, or None for an unknown or revoked token.
+
+    A burst of calls with one token looks it up once: the answer is kept in the process for
+    `PRINCIPAL_CACHE_SECONDS`. Saving a token (revoking it) or a pipeline in this process
+    forgets every kept answer at once; another process sees the change within that time.
+    """
+    digest = hash_token(token)
+    now = time.monotonic()
+    kept = _principals.get(digest)
+    if kept is not None and kept[0] > now:
+        return kept[1]
+    row = PipelineToken.objects.active().select_related("pipeline").filter(digest=digest).first()
     if row is None:
+        _principals.pop(digest, None)
         return None
     if row.last_used_at is None or timezone.now() - row.last_used_at > _TOKEN_TOUCH_INTERVAL:
         PipelineToken.objects.filter(pk=row.pk).update(last_used_at=Now())
     # Named by the token's row, not its prefix: other holders see this name in 409s.
-    return Principal(actor=Actor("bot", f"{row.pipeline.slug}/token-{row.pk}"), pipeline=row.pipeline)
+    principal = Principal(actor=Actor("bot", f"{row.pipeline.slug}/token-{row.pk}"), pipeline=row.pipeline)
+    if len(_principals) >= _PRINCIPALS_KEPT:
+        _principals.clear()
+    _principals[digest] = (now + PRINCIPAL_CACHE_SECONDS, principal)
+    return principal
+
+
+def forget_principals(**_: object) -> None:
+    """Drop every kept token answer (a token or a pipeline changed)."""
+    _principals.clear()
 
 
 def principal_for_user(user: object) -> Principal | None:

@@ -2,20 +2,15 @@
 
 import asyncio
 import base64
-import functools
 import json
-from collections.abc import AsyncIterator, Callable, Coroutine
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from collections.abc import AsyncIterator
 
-from asgiref.sync import sync_to_async
-from django.conf import settings
-from django.db import close_old_connections
 from django.http import HttpRequest, StreamingHttpResponse
 from ninja import Field, Query, Router, Schema
 from ninja.responses import codes_4xx, codes_5xx
 
 from boxyard.errors import InvalidInput
+from boxyard.threads import in_pool
 from sandboxes import selectors, services
 from sandboxes.models import Exec, ExecState, Sandbox
 from sandboxes.schemas import (
@@ -53,36 +48,8 @@ from sandboxes.services.compute import run_code
 
 router = Router(tags=["sandboxes"])
 
-# Sandbox calls block on the engine (an exec may take minutes), so they run in a pool of their
-# own: under ASGI a plain sync view would share Django's single sync thread and one slow exec
-# would hold up every other request.
-_pool = ThreadPoolExecutor(max_workers=settings.BOXYARD_API_THREADS, thread_name_prefix="sandbox-api")
-
-
-def _with_fresh_connection(view: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    close_old_connections()  # honour CONN_MAX_AGE and drop broken connections in pool threads
-    try:
-        return view(*args, **kwargs)
-    finally:
-        close_old_connections()
-
-
-async def in_pool(function: Callable[..., Any], *args: Any) -> Any:
-    """Call a blocking function from async code in the sandbox pool (e.g. a token lookup):
-    a thread that is already there, not one started for the request."""
-    call = sync_to_async(_with_fresh_connection, thread_sensitive=False, executor=_pool)
-    return await call(function, *args)
-
-
-def offloaded(view: Callable[..., Any]) -> Callable[..., Coroutine[Any, Any, Any]]:
-    """Serve a blocking view from the sandbox pool (ninja reads the signature it wraps)."""
-
-    @functools.wraps(view)
-    async def run(*args: Any, **kwargs: Any) -> Any:
-        call = sync_to_async(_with_fresh_connection, thread_sensitive=False, executor=_pool)
-        return await call(view, *args, **kwargs)
-
-    return run
+# The views block (the database, the engine, a command that runs for minutes): under ASGI
+# each request runs in a thread of its own from the server's pool (config.handlers).
 
 
 def responds(schema: type) -> dict:
@@ -140,7 +107,6 @@ def render_exec(record: Exec) -> dict:
 
 
 @router.post("/sandboxes/open", response=responds(OpenOut), summary="Get or create the sandbox of a scope")
-@offloaded
 def open_sandbox(request: HttpRequest, body: OpenIn) -> dict:
     who = principal(request)
     pipeline = selectors.pipeline_for(who, body.pipeline)
@@ -150,7 +116,6 @@ def open_sandbox(request: HttpRequest, body: OpenIn) -> dict:
 
 
 @router.get("/sandboxes", response=responds(SandboxListOut), summary="The pipeline's sandboxes")
-@offloaded
 def list_sandboxes(
     request: HttpRequest, status: str | None = None, scope_key: str | None = None
 ) -> dict:
@@ -159,7 +124,6 @@ def list_sandboxes(
 
 
 @router.get("/sandboxes/{sandbox_id}", response=responds(SandboxOut), summary="One sandbox")
-@offloaded
 def get_sandbox(request: HttpRequest, sandbox_id: str) -> dict:
     return render_sandbox(selectors.sandbox_for(principal(request), sandbox_id))
 
@@ -169,7 +133,6 @@ class CloseQuery(Fencing):
 
 
 @router.delete("/sandboxes/{sandbox_id}", response=responds(CloseOut), summary="Close a sandbox")
-@offloaded
 def close_sandbox(request: HttpRequest, sandbox_id: str, query: Query[CloseQuery]) -> dict:
     who = principal(request)
     sandbox = selectors.sandbox_for(who, sandbox_id)
@@ -181,7 +144,6 @@ def close_sandbox(request: HttpRequest, sandbox_id: str, query: Query[CloseQuery
 
 
 @router.post("/sandboxes/{sandbox_id}/exec", response=responds(ExecOut), summary="Run a command")
-@offloaded
 def exec_command(request: HttpRequest, sandbox_id: str, body: ExecIn) -> dict:
     who = principal(request)
     sandbox = selectors.sandbox_for(who, sandbox_id)
@@ -194,7 +156,6 @@ def exec_command(request: HttpRequest, sandbox_id: str, body: ExecIn) -> dict:
 
 
 @router.get("/sandboxes/{sandbox_id}/execs/{exec_id}", response=responds(ExecOut), summary="One exec")
-@offloaded
 def get_exec(request: HttpRequest, sandbox_id: str, exec_id: str) -> dict:
     who = principal(request)
     sandbox = selectors.sandbox_for(who, sandbox_id)
@@ -219,7 +180,6 @@ def render_progress(record: Exec) -> dict:
     "/sandboxes/{sandbox_id}/execs/{exec_id}/output", response=responds(ExecOutputOut),
     summary="An exec's output as numbered chunks",
 )
-@offloaded
 def exec_output(request: HttpRequest, sandbox_id: str, exec_id: str, query: Query[OutputQuery]) -> dict:
     who = principal(request)
     record = selectors.exec_for(who, selectors.sandbox_for(who, sandbox_id), exec_id)
@@ -260,7 +220,6 @@ class StreamQuery(Schema):
         }
     },
 )
-@offloaded
 def exec_stream(
     request: HttpRequest, sandbox_id: str, exec_id: str, query: Query[StreamQuery]
 ) -> StreamingHttpResponse:
@@ -284,10 +243,9 @@ async def _events(record: Exec, since_seq: int) -> AsyncIterator[bytes]:
     def push(event: dict) -> None:
         loop.call_soon_threadsafe(queue.put_nowait, event)
 
-    in_pool = functools.partial(sync_to_async, thread_sensitive=False, executor=_pool)
-    stop = await in_pool(_with_fresh_connection)(services.subscribe, record, since_seq, push)
+    stop = await in_pool(services.subscribe, record, since_seq, push)
     if stop is None:
-        chunks, record = await in_pool(_with_fresh_connection)(services.exec_output, record, since_seq)
+        chunks, record = await in_pool(services.exec_output, record, since_seq)
         for chunk in chunks:
             yield _sse("chunk", chunk)
         yield _sse("exit", render_progress(record))
@@ -304,8 +262,8 @@ async def _events(record: Exec, since_seq: int) -> AsyncIterator[bytes]:
             if kind in ("exit", "gone"):
                 break
     finally:
-        await in_pool(stop)()
-    await in_pool(_with_fresh_connection)(services.wait_exec, record, 5)
+        await in_pool(stop)
+    await in_pool(services.wait_exec, record, 5)
 
 
 _KEEPALIVE_SECONDS = 15
@@ -314,7 +272,6 @@ _KEEPALIVE_SECONDS = 15
 @router.post(
     "/sandboxes/{sandbox_id}/execs/{exec_id}/wait", response=responds(WaitOut), summary="Wait for an exec"
 )
-@offloaded
 def exec_wait(request: HttpRequest, sandbox_id: str, exec_id: str, body: WaitIn) -> dict:
     who = principal(request)
     record = selectors.exec_for(who, selectors.sandbox_for(who, sandbox_id), exec_id)
@@ -324,7 +281,6 @@ def exec_wait(request: HttpRequest, sandbox_id: str, exec_id: str, body: WaitIn)
 @router.post(
     "/sandboxes/{sandbox_id}/execs/{exec_id}/kill", response=responds(KillOut), summary="Kill an exec"
 )
-@offloaded
 def exec_kill(request: HttpRequest, sandbox_id: str, exec_id: str, body: Fencing) -> dict:
     who = principal(request)
     record = selectors.exec_for(who, selectors.sandbox_for(who, sandbox_id), exec_id)
@@ -333,7 +289,6 @@ def exec_kill(request: HttpRequest, sandbox_id: str, exec_id: str, body: Fencing
 
 
 @router.put("/sandboxes/{sandbox_id}/files", response=responds(WriteOut), summary="Write a file")
-@offloaded
 def write_file(request: HttpRequest, sandbox_id: str, body: WriteIn) -> dict:
     who = principal(request)
     sandbox = selectors.sandbox_for(who, sandbox_id)
@@ -351,7 +306,6 @@ class ReadQuery(Schema):
 
 
 @router.get("/sandboxes/{sandbox_id}/files", response=responds(ReadOut), summary="Read a file")
-@offloaded
 def read_file(request: HttpRequest, sandbox_id: str, query: Query[ReadQuery]) -> dict:
     sandbox = selectors.sandbox_for(principal(request), sandbox_id)
     content = services.read_file(sandbox, query.path, query.max_bytes)
@@ -373,7 +327,6 @@ class ListQuery(Schema):
 
 
 @router.get("/sandboxes/{sandbox_id}/files/list", response=responds(ListOut), summary="List a directory")
-@offloaded
 def list_files(request: HttpRequest, sandbox_id: str, query: Query[ListQuery]) -> dict:
     sandbox = selectors.sandbox_for(principal(request), sandbox_id)
     entries, truncated = services.list_files(sandbox, query.path, query.recursive)
@@ -386,7 +339,6 @@ class DeleteQuery(Fencing):
 
 
 @router.delete("/sandboxes/{sandbox_id}/files", response=responds(DeleteOut), summary="Delete a file")
-@offloaded
 def delete_file(request: HttpRequest, sandbox_id: str, query: Query[DeleteQuery]) -> dict:
     who = principal(request)
     sandbox = selectors.sandbox_for(who, sandbox_id)
@@ -398,14 +350,12 @@ def delete_file(request: HttpRequest, sandbox_id: str, query: Query[DeleteQuery]
 
 
 @router.get("/sandboxes/{sandbox_id}/sessions", response=responds(SessionListOut), summary="Shell sessions")
-@offloaded
 def list_sessions(request: HttpRequest, sandbox_id: str) -> dict:
     sandbox = selectors.sandbox_for(principal(request), sandbox_id)
     return {"sessions": services.list_sessions(sandbox)}
 
 
 @router.post("/sandboxes/{sandbox_id}/sessions", response=responds(SessionOut), summary="Start a shell session")
-@offloaded
 def create_session(request: HttpRequest, sandbox_id: str, body: SessionIn) -> dict:
     who = principal(request)
     sandbox = selectors.sandbox_for(who, sandbox_id)
@@ -418,7 +368,6 @@ def create_session(request: HttpRequest, sandbox_id: str, body: SessionIn) -> di
 @router.delete(
     "/sandboxes/{sandbox_id}/sessions/{name}", response=responds(DeleteOut), summary="End a shell session"
 )
-@offloaded
 def delete_session(request: HttpRequest, sandbox_id: str, name: str, query: Query[Fencing]) -> dict:
     who = principal(request)
     sandbox = selectors.sandbox_for(who, sandbox_id)
@@ -430,7 +379,6 @@ def delete_session(request: HttpRequest, sandbox_id: str, name: str, query: Quer
     "/sandboxes/{sandbox_id}/processes", response=responds(ProcessListOut),
     summary="The pipeline's managed processes in this sandbox",
 )
-@offloaded
 def list_processes(request: HttpRequest, sandbox_id: str) -> dict:
     sandbox = selectors.sandbox_for(principal(request), sandbox_id)
     return {"processes": services.list_processes(sandbox)}
@@ -440,7 +388,6 @@ def list_processes(request: HttpRequest, sandbox_id: str) -> dict:
     "/sandboxes/{sandbox_id}/processes/{name}/stdin", response=responds(StdinOut),
     summary="Write to a managed process's stdin",
 )
-@offloaded
 def process_stdin(request: HttpRequest, sandbox_id: str, name: str, body: StdinIn) -> dict:
     who = principal(request)
     sandbox = selectors.sandbox_for(who, sandbox_id)
@@ -471,7 +418,6 @@ class ProcessOutputQuery(Schema):
     "/sandboxes/{sandbox_id}/processes/{name}/output", response=responds(ProcessOutputOut),
     summary="A managed process's output as numbered chunks",
 )
-@offloaded
 def process_output(
     request: HttpRequest, sandbox_id: str, name: str, query: Query[ProcessOutputQuery]
 ) -> dict:
@@ -486,7 +432,6 @@ def process_output(
     "/sandboxes/{sandbox_id}/processes/{name}/restart", response=responds(ProcessOut),
     summary="Restart a managed process",
 )
-@offloaded
 def process_restart(request: HttpRequest, sandbox_id: str, name: str, body: Fencing) -> dict:
     who = principal(request)
     sandbox = selectors.sandbox_for(who, sandbox_id)
@@ -494,7 +439,6 @@ def process_restart(request: HttpRequest, sandbox_id: str, name: str, body: Fenc
 
 
 @router.post("/sandboxes/{sandbox_id}/lease/renew", response=responds(LeaseOut), summary="Renew the lease")
-@offloaded
 def renew_lease(request: HttpRequest, sandbox_id: str, body: Fencing) -> dict:
     who = principal(request)
     sandbox = selectors.sandbox_for(who, sandbox_id)
@@ -502,7 +446,6 @@ def renew_lease(request: HttpRequest, sandbox_id: str, body: Fencing) -> dict:
 
 
 @router.post("/sandboxes/{sandbox_id}/lease/release", response=responds(LeaseOut), summary="Release the lease")
-@offloaded
 def release_lease(request: HttpRequest, sandbox_id: str, body: Fencing) -> dict:
     who = principal(request)
     sandbox = selectors.sandbox_for(who, sandbox_id)
@@ -518,7 +461,6 @@ class TakeoverIn(Schema):
 
 
 @router.post("/sandboxes/{sandbox_id}/lease/takeover", response=responds(LeaseOut), summary="Take the lease over")
-@offloaded
 def takeover_lease(request: HttpRequest, sandbox_id: str, body: TakeoverIn) -> dict:
     who = principal(request)
     sandbox = selectors.sandbox_for(who, sandbox_id)
@@ -547,7 +489,6 @@ class RunOut(Schema):
 
 
 @router.post("/run", response=responds(RunOut), summary="Compute mode: run code once in a fresh sandbox")
-@offloaded
 def run(request: HttpRequest, body: RunIn) -> dict:
     who = principal(request)
     pipeline = selectors.pipeline_for(who, body.pipeline)

@@ -1,8 +1,11 @@
 import uuid
+from datetime import timedelta
 from typing import Any
 
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Now
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from pipelines.models import Pipeline, Retention
@@ -27,6 +30,9 @@ class StopReason(models.TextChoices):
     LOST = "lost", _("Container lost")
     QUOTA = "quota", _("Quota")
 
+
+# A burst of calls on one sandbox stamps its activity about this often, not on every call.
+ACTIVITY_GRANULARITY = timedelta(seconds=1)
 
 # States in which the (pipeline, scope key) pair is taken: at most one such row per pair.
 # A stopped sandbox keeps its key: the next open starts it again with its workspace.
@@ -109,6 +115,15 @@ class Sandbox(models.Model):
     @property
     def workdir(self) -> str:
         return "/workspace"
+
+    def record_activity(self) -> None:
+        """Stamp `last_activity_at`, the clock idle reaping reads; skipped when this copy of
+        the row says it was stamped less than `ACTIVITY_GRANULARITY` ago."""
+        now = timezone.now()
+        if self.last_activity_at is not None and now - self.last_activity_at < ACTIVITY_GRANULARITY:
+            return
+        Sandbox.objects.filter(pk=self.pk).update(last_activity_at=Now())
+        self.last_activity_at = now
 
 
 class Lease(models.Model):

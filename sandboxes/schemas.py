@@ -95,8 +95,8 @@ class ExecIn(Fencing):
     )
     fresh: bool = Field(
         False,
-        description="Run in a fresh process of its own (a new engine exec), outside any "
-        "session: no session state is read or kept. Not with background.",
+        description="Run in a new process outside any session, in /workspace (or cwd) with "
+        "the sandbox's environment: no session state is read or kept. Not with background.",
     )
 
 

@@ -76,6 +76,7 @@ class AgentChannel:
         self._subscribers: dict[int, Callable[[dict[str, Any]], None]] = {}
         self._stderr = bytearray()
         self.closed = False
+        self.version = 0  # the protocol version the agent answers to ping (once opened)
         self._duplex = get_runtime().attach(container, [AGENT_PATH, "bridge"])
         self._reader = threading.Thread(
             target=self._read, name=f"agent-{container[:12]}", daemon=True
@@ -241,13 +242,38 @@ def _open(container: str) -> AgentChannel:
     for _ in range(2):
         fresh = AgentChannel(container)
         try:
-            fresh.call("ping", deadline=10)
+            answer = fresh.call("ping", deadline=10)
+            version = answer.get("version")
+            fresh.version = int(version) if isinstance(version, str) and version.isdigit() else 0
             return fresh
         except (AgentGone, AgentTimeout) as error:
             fresh.close()
             last = error
     assert last is not None
     raise last
+
+
+def is_open(container: str) -> bool:
+    """Whether this process has an open channel to the container's agent."""
+    with _registry:
+        current = _channels.get(container)
+    return current is not None and not current.closed and current.pid == os.getpid()
+
+
+def prepare(container: str) -> None:
+    """Open this process's channel to a container's agent in the background, so that the
+    sandbox's first command finds it open (opening costs about one engine exec). Best effort:
+    if it fails, the first command opens it again and says why."""
+
+    def open_quietly() -> None:
+        try:
+            channel(container)
+        except BoxyardError:
+            pass
+        except Exception:  # noqa: BLE001 - a helper thread must never take the process down
+            log.exception("opening the agent channel to %s failed", container[:12])
+
+    threading.Thread(target=open_quietly, name=f"agent-open-{container[:12]}", daemon=True).start()
 
 
 def forget(container: str) -> None:

@@ -57,7 +57,7 @@ def run_code(
     # One command in a sandbox that is closed right after: a fresh engine exec is cheaper
     # than starting the agent for it.
     request = clean_request(
-        pipeline, cmd=argv, env=env, timeout_seconds=timeout_seconds, one_shot=True
+        pipeline, cmd=argv, env=env, timeout_seconds=timeout_seconds, engine=True
     )
     started = time.monotonic()
     with transaction.atomic():

@@ -1,10 +1,11 @@
 """Exec: run commands in a sandbox's shell sessions, in the foreground or the background.
 
 Sandboxes created with the agent (all of them, when the agent binary is installed) run every
-command through it: a foreground command in a session costs a write on the open channel,
-a background command keeps running and keeps its output in the agent, whoever asks next.
-Sandboxes without the agent run each command in a fresh engine exec ("one-shot"), with the
-`default` session only and no background execs.
+command through it: a foreground command in a session costs a write on the open channel, a
+fresh one (outside any session) is a process the agent starts, and a background command keeps
+running and keeps its output in the agent, whoever asks next. Sandboxes without the agent, and
+compute mode's single command, run in a new engine exec ("one-shot"), with the `default`
+session only and no background execs.
 """
 
 import base64
@@ -44,6 +45,8 @@ _DEADLINE_GRACE_SECONDS = 15
 _SIGKILL_EXIT = 137
 # Background execs are watched by the process that started them with waits this long.
 _WATCH_SECONDS = 300
+# The agent's protocol version that runs fresh commands itself (older ones: an engine exec).
+FRESH_SINCE_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -57,8 +60,11 @@ class ExecRequest:
     session: str
     timeout_seconds: int | None  # None: none (background execs only)
     background: bool = False
-    # Run in a fresh engine exec outside any session (compute mode: one command, then gone).
+    # A new process outside any session ("fresh"): the sandbox's own environment and cwd.
     one_shot: bool = False
+    # Start it with a new engine exec rather than through the agent: for a sandbox that runs
+    # one command and is closed (compute mode), where opening the agent's channel costs more.
+    engine: bool = False
     pipeline_env: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -76,6 +82,7 @@ def clean_request(
     timeout_seconds: object = None,
     background: object = False,
     one_shot: bool = False,
+    engine: bool = False,
 ) -> ExecRequest:
     """Check an exec request against the pipeline (or the sandbox's pipeline) it is for."""
     pipeline = target.pipeline if isinstance(target, Sandbox) else target
@@ -111,7 +118,8 @@ def clean_request(
         session=clean_session_name(session),
         timeout_seconds=_clean_timeout(pipeline, timeout_seconds, bool(background)),
         background=_clean_flag(background, "background"),
-        one_shot=one_shot,
+        one_shot=one_shot or engine,
+        engine=engine,
         pipeline_env=dict(pipeline.env or {}),
     )
 
@@ -167,8 +175,11 @@ def _clean_timeout(pipeline: Pipeline, timeout_seconds: object, background: bool
 
 def release_connection() -> None:
     """Give this thread's database connection back while it waits on a sandbox (the next
-    query opens one again); not inside a transaction, which must keep its connection."""
-    if not db.connection.in_atomic_block:
+    query opens one again); not inside a transaction, which must keep its connection.
+
+    Only a database server counts its connections: an SQLite connection is a file handle,
+    cheaper to keep than to open again."""
+    if db.connection.vendor != "sqlite" and not db.connection.in_atomic_block:
         db.connection.close()
 
 
@@ -211,22 +222,19 @@ def run_exec(
     The lease is checked (and renewed) in the transaction that records the exec, so a holder
     that lost the lease never reaches the container.
     """
-    pipeline = sandbox.pipeline
     with transaction.atomic():
-        # The row, locked, without its pipeline: the caller loaded that a moment ago.
-        sandbox = Sandbox.objects.select_for_update(no_key=True).get(pk=sandbox.pk)
-        sandbox.pipeline = pipeline
+        sandbox = _relock(sandbox)
         require_running(sandbox, "exec")
-        one_shot = request.one_shot or not sandbox.agent
-        if one_shot and request.background:
+        engine = request.engine or not sandbox.agent
+        if engine and request.background:
             raise InvalidInput(
                 "background", "this sandbox runs without the agent, so it has no background execs"
             )
-        if one_shot and request.session != "default":
+        if engine and request.session != "default":
             raise InvalidInput(
                 "session", "this sandbox runs without the agent, so it has only the default session"
             )
-        init = None if one_shot else session_init(sandbox, request.session)
+        init = None if engine or request.one_shot else session_init(sandbox, request.session)
         lease = leases.authorize(
             sandbox, leases.clean_holder(holder, sandbox), leases.clean_epoch(epoch), actor
         )
@@ -243,10 +251,29 @@ def run_exec(
             timeout_seconds=request.timeout_seconds or 0,
         )
         # Activity is stamped when the exec ends; while it runs, the running row is activity.
-    if one_shot:
+    if engine:
         return _run_one_shot(sandbox, record, request, actor)
-    assert init is not None
     return _run_in_agent(sandbox, record, request, init, actor)
+
+
+# What an exec depends on that may have changed since the caller read the sandbox.
+_LIVE_FIELDS = ("state", "stop_reason", "container_id", "agent", "generation", "last_activity_at")
+
+
+def _relock(sandbox: Sandbox) -> Sandbox:
+    """The sandbox with its row locked and its changing fields read again under the lock: a
+    narrow read (the caller loaded the row and its pipeline a moment ago)."""
+    row = (
+        Sandbox.objects.select_for_update(no_key=True)
+        .filter(pk=sandbox.pk)
+        .values_list(*_LIVE_FIELDS)
+        .first()
+    )
+    if row is None:
+        raise NotFound(f"no sandbox {sandbox.pk}")
+    for name, value in zip(_LIVE_FIELDS, row):
+        setattr(sandbox, name, value)
+    return sandbox
 
 
 # --- through the agent -------------------------------------------------------------------------
@@ -280,27 +307,39 @@ def _lost_container(
 
 
 def _run_in_agent(
-    sandbox: Sandbox, record: Exec, request: ExecRequest, init: dict[str, Any], actor: Actor
+    sandbox: Sandbox, record: Exec, request: ExecRequest, init: dict[str, Any] | None,
+    actor: Actor,
 ) -> Exec:
+    """Run in a session (`init` says how it starts if the agent does not have it yet), or
+    fresh, outside any session, when `init` is None."""
     limit = sandbox.pipeline.output_limit_bytes
     payload: dict[str, Any] = {
         "exec": str(record.id),
-        "session": request.session,
-        "init": init,
         "timeout": request.timeout_seconds or 0,
         "limit": limit,
         "keep": max(settings.BOXYARD_EXEC_KEEP_BYTES, limit),
         "background": request.background,
     }
+    env = request.env
+    if init is None:
+        # As a new engine exec would run it: the pipeline's environment as it is now, on top
+        # of the one the container was made with.
+        payload["fresh"] = True
+        env = {**request.pipeline_env, **request.env}
+    else:
+        payload["session"] = request.session
+        payload["init"] = init
     if request.shell is not None:
         payload["shell"] = request.shell
     else:
         payload["argv"] = request.argv
     if request.cwd is not None:
         payload["cwd"] = request.cwd
-    if request.env:
-        payload["env"] = request.env
+    if env:
+        payload["env"] = env
     agent = _agent(sandbox, record, actor)
+    if init is None and agent.version < FRESH_SINCE_VERSION:
+        return _run_one_shot(sandbox, record, request, actor)  # an agent older than fresh runs
     wait = 10.0 if request.background else (request.timeout_seconds or 0) + _DEADLINE_GRACE_SECONDS
     try:
         # A long command must not hold a database connection while it runs.
@@ -365,7 +404,7 @@ def finish_from_status(record: Exec, status: dict[str, Any]) -> Exec:
     with transaction.atomic():
         updated = Exec.objects.filter(pk=record.pk, state=ExecState.RUNNING).update(**values)
         if updated:
-            Sandbox.objects.filter(pk=record.sandbox_id).update(last_activity_at=Now())
+            _record_activity(record)
     if not updated:  # another process recorded the end first: show what it recorded
         record.refresh_from_db()
         return record
@@ -513,6 +552,15 @@ def _finish(record: Exec) -> None:
     record.finished_at = timezone.now()
     with transaction.atomic():
         record.save()
+        _record_activity(record)
+
+
+def _record_activity(record: Exec) -> None:
+    """An exec's end is activity of its sandbox (through the loaded sandbox when there is
+    one, which knows when it was last stamped)."""
+    if Exec.sandbox.is_cached(record):
+        record.sandbox.record_activity()
+    else:
         Sandbox.objects.filter(pk=record.sandbox_id).update(last_activity_at=Now())
 
 

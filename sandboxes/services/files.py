@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models.functions import Now
 
 from boxyard.actors import Actor
 from boxyard.errors import (
@@ -160,13 +159,13 @@ def _authorize_change(sandbox: Sandbox, holder: str | None, epoch: int | None, a
     sandbox = Sandbox.objects.locked().get(pk=sandbox.pk)
     require_running(sandbox, "change files")
     leases.authorize(sandbox, leases.clean_holder(holder, sandbox), leases.clean_epoch(epoch), actor)
-    Sandbox.objects.filter(pk=sandbox.pk).update(last_activity_at=Now())
+    sandbox.record_activity()
     return sandbox
 
 
 def _touch(sandbox: Sandbox, operation: str) -> None:
     require_running(sandbox, operation)
-    Sandbox.objects.filter(pk=sandbox.pk).update(last_activity_at=Now())
+    sandbox.record_activity()
 
 
 def write_file(

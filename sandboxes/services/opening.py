@@ -10,6 +10,7 @@ from boxyard.errors import InvalidState, QuotaExceeded
 from pipelines import scope
 from pipelines.models import Pipeline
 from sandboxes.models import Lease, Sandbox, State
+from sandboxes.runtime import agent
 from sandboxes.services import containers, events, leases, processes
 
 
@@ -48,6 +49,8 @@ def open_sandbox(
     if sandbox.state in (State.CREATING, State.UNKNOWN):
         sandbox = containers.provision(sandbox, actor)
         processes.start_after_boot(sandbox)
+        if sandbox.state == State.RUNNING and sandbox.agent:
+            agent.prepare(sandbox.container_id)  # the bot's first command usually follows
     return Opened(sandbox=sandbox, lease=lease, created=created)
 
 

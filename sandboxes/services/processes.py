@@ -13,7 +13,6 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models.functions import Now
 
 from boxyard.actors import Actor
 from boxyard.errors import BoxyardError, InvalidInput, NotFound
@@ -153,7 +152,7 @@ def write_stdin(
         locked = Sandbox.objects.locked().get(pk=sandbox.pk)
         require_running(locked, "write to a process")
         leases.authorize(locked, leases.clean_holder(holder, locked), leases.clean_epoch(epoch), actor)
-        Sandbox.objects.filter(pk=locked.pk).update(last_activity_at=Now())
+        locked.record_activity()
     agent = _agent_for(sandbox, "write to a process")
     info = _process(sandbox, name, agent)
     if info["state"] != "running" or not info["exec"]:

@@ -8,9 +8,6 @@
 
 `ROUTES` lists every operation once; a test checks it equals the operations of the OpenAPI
 document, so a new route cannot be added without joining this matrix.
-
-The sandbox views run in a thread pool of their own (their own database connections), so
-these tests use `transaction=True`: the data they set up must be committed to be seen.
 """
 
 import base64
@@ -256,7 +253,7 @@ def _container_state(sandbox_id: str) -> tuple[str, str]:
 
 
 @pytest.mark.docker
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 @pytest.mark.parametrize("route", ROUTES, ids=lambda route: route.label)
 def test_another_pipelines_token_gets_404_and_changes_nothing(
     route: Route, support: Any, billing: Any, docker_engine: Any
@@ -292,7 +289,7 @@ def test_another_pipelines_token_gets_404_and_changes_nothing(
 
 
 @pytest.mark.docker
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_an_exec_id_of_another_pipeline_is_not_found_under_ones_own_sandbox(
     support: Any, billing: Any, docker_engine: Any
 ) -> None:
@@ -363,7 +360,7 @@ def _credentials(kind: str, support: Any, django_user_model: Any) -> list[Client
     raise AssertionError(kind)
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 @pytest.mark.parametrize("kind", ["none", "revoked", "malformed", "non-staff session"])
 @pytest.mark.parametrize("route", ROUTES, ids=lambda route: route.label)
 def test_without_a_valid_credential_every_route_is_401(
@@ -382,7 +379,7 @@ def test_without_a_valid_credential_every_route_is_401(
     assert len(fake_runtime.execs) == engine_calls
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_the_valid_token_passes_where_the_malformed_ones_fail(
     support: Any, fake_target: Target
 ) -> None:
@@ -405,7 +402,7 @@ def staff() -> Iterator[Client]:
 
 
 @pytest.mark.docker
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_a_staff_session_acts_on_every_pipelines_sandboxes(
     support: Any, billing: Any, staff: Client, docker_engine: Any
 ) -> None:

@@ -2,8 +2,7 @@
 with the right status, and a 400 names the field the caller got wrong.
 
 These run on the fake engine (the errors are decided before any engine call), except the 503,
-which points the runtime at a Docker socket that does not exist. The sandbox views run in a
-thread pool with their own database connections, hence `transaction=True`.
+which points the runtime at a Docker socket that does not exist.
 """
 
 import json
@@ -17,7 +16,7 @@ from sandboxes.runtime import set_runtime
 from sandboxes.runtime.docker import DockerRuntime
 from tests.conftest import CHAT
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 PREFIX = "/api/v1"
 

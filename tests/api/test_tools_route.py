@@ -1,6 +1,6 @@
 import pytest
 
-pytestmark = pytest.mark.django_db(transaction=True)  # the token is looked up in the API pool
+pytestmark = pytest.mark.django_db
 
 
 def test_a_pipeline_gets_its_tools_and_prompt(support) -> None:

@@ -1,8 +1,13 @@
+import time
+
 import pytest
 from django.core.exceptions import ValidationError
 from django.core.management import call_command
+from django.utils import timezone
 
+from pipelines import selectors
 from pipelines.models import Pipeline, PipelineToken, SessionTemplate, Skill, hash_token
+from pipelines.selectors import principal_for_token
 
 LANGUAGES = ["en", "zh-hans", "zh-hant", "ja", "ko", "es", "fr", "ru"]
 
@@ -124,3 +129,40 @@ def test_a_skill_holding_a_docker_socket_is_refused(settings, tmp_path) -> None:
             Skill(pipeline=pipeline, name="sneaky", host_path=str(tmp_path / "sneaky")).full_clean()
     finally:
         server.close()
+
+
+@pytest.mark.django_db
+def test_a_token_revoked_after_use_is_refused_on_its_next_call() -> None:
+    """A token's pipeline is kept briefly in the process; revoking it must not wait for that."""
+    pipeline = Pipeline.objects.create(slug="p")
+    row, plaintext = PipelineToken.issue(pipeline, name="ci")
+    assert principal_for_token(plaintext).pipeline == pipeline
+    assert principal_for_token(plaintext).pipeline == pipeline  # kept: no second lookup
+    row.revoke()
+    assert principal_for_token(plaintext) is None
+
+
+@pytest.mark.django_db
+def test_a_pipeline_change_reaches_its_tokens_next_call(django_assert_num_queries) -> None:
+    pipeline = Pipeline.objects.create(slug="p", exec_timeout_seconds=30)
+    _, plaintext = PipelineToken.issue(pipeline, name="ci")
+    principal_for_token(plaintext)
+    with django_assert_num_queries(0):
+        assert principal_for_token(plaintext).pipeline.exec_timeout_seconds == 30
+    pipeline.exec_timeout_seconds = 60
+    pipeline.save()
+    assert principal_for_token(plaintext).pipeline.exec_timeout_seconds == 60
+
+
+@pytest.mark.django_db
+def test_a_kept_token_answer_expires(monkeypatch) -> None:
+    """Another process's change (here: one made behind the process's back) is seen within
+    the time an answer is kept."""
+    pipeline = Pipeline.objects.create(slug="p")
+    row, plaintext = PipelineToken.issue(pipeline, name="ci")
+    principal_for_token(plaintext)
+    PipelineToken.objects.filter(pk=row.pk).update(revoked_at=timezone.now())  # no signal
+    assert principal_for_token(plaintext) is not None
+    later = time.monotonic() + selectors.PRINCIPAL_CACHE_SECONDS + 0.1
+    monkeypatch.setattr(selectors.time, "monotonic", lambda: later)
+    assert principal_for_token(plaintext) is None

@@ -7,6 +7,8 @@ import pytest
 from boxyard.errors import InvalidInput, InvalidState, LeaseBusy, StaleEpoch, TakenOver
 from sandboxes import services
 from sandboxes.models import Exec, ExecState
+from sandboxes.runtime.agent import channel
+from sandboxes.services.execs import FRESH_SINCE_VERSION
 from tests.conftest import CHAT
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db]
@@ -51,18 +53,62 @@ def test_env_reaches_the_command(sandbox, bot) -> None:
         run(sandbox, bot, "true", env={"BAD-NAME": "x"})
 
 
-@pytest.mark.parametrize("fresh", [False, True], ids=["in the session", "fresh"])
-def test_timeout_kills_the_whole_process_tree(sandbox, bot, fresh) -> None:
+# Where a command runs: in the default session, fresh through the agent, or fresh in a new
+# engine exec (compute mode). The last two must not be told apart by what the command sees.
+WAYS = {"in the session": {}, "fresh": {"one_shot": True}, "fresh engine exec": {"engine": True}}
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_timeout_kills_the_whole_process_tree(sandbox, bot, way) -> None:
     started = time.monotonic()
     result = run(
         sandbox, bot, "sleep 300 & sleep 301 & (sleep 302; echo never) & (setsid sleep 303 &); wait",
-        timeout_seconds=1, one_shot=fresh,
+        timeout_seconds=1, **WAYS[way],
     )
     assert time.monotonic() - started < 10
     assert result.state == ExecState.TIMED_OUT and result.exit_code == 137
     assert "timed out" in result.error and result.stderr == ""
     leftovers = run(sandbox, bot, "ps -o args | grep 'sleep 30[0-3]' | grep -v grep || true")
     assert leftovers.stdout == ""
+
+
+@pytest.mark.parametrize("way", ["fresh", "fresh engine exec"])
+def test_a_fresh_command_runs_outside_any_session(make_pipeline, bot, docker_engine, way) -> None:
+    pipeline = make_pipeline(env={"FROM_PIPELINE": "p", "OVERRIDDEN": "p"})
+    sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
+    run(sandbox, bot, "cd /tmp; export IN_SESSION=yes; f() { :; }")
+    fresh = WAYS[way]
+    seen = run(
+        sandbox, bot, 'pwd; echo "[$IN_SESSION] $FROM_PIPELINE $OVERRIDDEN $HOME"; type f >/dev/null 2>&1 || echo no f',
+        env={"OVERRIDDEN": "request"}, **fresh,
+    )
+    assert seen.stdout == "/workspace\n[] p request /workspace\nno f\n"
+    assert run(sandbox, bot, ["pwd"], cwd="/tmp", **fresh).stdout == "/tmp\n"
+    assert run(sandbox, bot, "exit 7", **fresh).exit_code == 7
+    missing = run(sandbox, bot, ["no-such-program"], **fresh)
+    assert missing.exit_code == 127 and "no-such-program" in missing.stderr
+    with pytest.raises(InvalidInput, match="cwd"):
+        run(sandbox, bot, "pwd", cwd="nowhere", **fresh)
+    assert run(sandbox, bot, "pwd").stdout == "/tmp\n"  # the session is as it was
+
+
+def test_a_fresh_command_is_started_by_the_agent(sandbox, bot) -> None:
+    """Not a new engine exec: the agent that serves the sessions starts it, at the cost of a
+    message on its open channel; compute mode's single command is an engine exec."""
+    parent = "tr '\\0' ' ' </proc/$PPID/cmdline"
+    assert run(sandbox, bot, parent, one_shot=True).stdout.split(" ")[:2] == ["boxyard-agent", "serve"]
+    assert run(sandbox, bot, parent, engine=True).stdout.split(" ")[1] == "oneshot"
+
+
+def test_an_agent_older_than_fresh_commands_gets_an_engine_exec(sandbox, bot) -> None:
+    parent = "tr '\\0' ' ' </proc/$PPID/cmdline"
+    run(sandbox, bot, "true")  # the channel is open
+    agent = channel(sandbox.container_id)
+    agent.version = 1
+    try:
+        assert run(sandbox, bot, parent, one_shot=True).stdout.split(" ")[1] == "oneshot"
+    finally:
+        agent.version = FRESH_SINCE_VERSION
 
 
 def test_output_is_capped_with_a_truncated_flag(make_pipeline, bot, docker_engine) -> None:

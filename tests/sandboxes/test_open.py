@@ -1,6 +1,7 @@
 """Opening sandboxes against the real engine: scope sharing, idempotency, quotas, restarts."""
 
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -14,11 +15,24 @@ from sandboxes.runtime import (
     LABEL_MANAGED,
     LABEL_PIPELINE,
     LABEL_SANDBOX,
+    agent,
     get_runtime,
 )
 from tests.conftest import CHAT, DEPLOYMENT
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db]
+
+
+def test_opening_readies_the_agent_for_the_first_command(pipeline, bot, docker_engine) -> None:
+    """The channel to a new sandbox's agent is opened in the background while the bot thinks
+    about its first command, which then costs what any later one does."""
+    sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
+    deadline = time.monotonic() + 10
+    while not agent.is_open(sandbox.container_id) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert agent.is_open(sandbox.container_id)
+    request = services.clean_request(sandbox, cmd="echo ready")
+    assert services.run_exec(sandbox, request, bot).stdout == "ready\n"
 
 
 def test_open_creates_a_labelled_running_container(pipeline, bot, docker_engine) -> None:

@@ -1,0 +1,62 @@
+"""The threads that serve HTTP requests, shared by the ASGI handler and async views."""
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import close_old_connections
+
+T = TypeVar("T")
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def request_pool() -> ThreadPoolExecutor:
+    """The threads that serve requests (`BOXYARD_API_THREADS` of them), made on first use."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(
+                max_workers=settings.BOXYARD_API_THREADS, thread_name_prefix="http"
+            )
+        return _pool
+
+
+def start_request_threads() -> None:
+    """Start every thread of the request pool now, not one per request of the first burst:
+    a pool starts a thread from the thread that submits work (the server's event loop), which
+    then waits for the new thread to run, behind every busy thread of the burst."""
+    pool = request_pool()
+    count = settings.BOXYARD_API_THREADS
+    # Each task holds its thread until all have one, so the pool must start `count` of them.
+    everyone_started = threading.Barrier(count, timeout=10)
+
+    def hold() -> None:
+        try:
+            everyone_started.wait()
+        except threading.BrokenBarrierError:
+            pass  # some threads were busy already: the pool starts the rest when needed
+
+    futures = [pool.submit(hold) for _ in range(count)]
+    for future in futures:
+        future.result()
+
+
+def with_fresh_connection(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Call `function` with this thread's database connection checked before and after:
+    broken ones and those past `CONN_MAX_AGE` are closed, as Django does around a request."""
+    close_old_connections()
+    try:
+        return function(*args, **kwargs)
+    finally:
+        close_old_connections()
+
+
+async def in_pool(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Call a blocking function from async code in a thread of the request pool."""
+    call = sync_to_async(with_fresh_connection, thread_sensitive=False, executor=request_pool())
+    return await call(function, *args, **kwargs)  # type: ignore[no-any-return]

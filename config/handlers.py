@@ -1,0 +1,45 @@
+"""Serving HTTP under ASGI: each request runs start to end in one thread of a shared pool.
+
+Django's own ASGI handler runs the middleware chain on the event loop. Every middleware built
+on Django's `MiddlewareMixin` (security, sessions, locale, CSRF, auth, messages...) then
+hops to a thread and back for each of its hooks, so a request makes some fifteen thread hops
+around its view; a plain view cost about 3 ms of CPU that way, against about 1 ms with the
+chain run in one thread. Boxyard's views block by nature (the database, the container engine,
+a command that runs for minutes), so this handler runs the whole synchronous chain,
+middleware and view, as one call in a thread of the request pool, as a WSGI server would,
+and leaves the event loop free for what must stay asynchronous: websockets, server-sent
+events, slow clients.
+
+A thread of the pool keeps its database connection between requests (within
+`CONN_MAX_AGE`); an exec that waits gives its connection back while it waits, so the pool can
+be larger than the database's connection limit.
+"""
+
+from asgiref.typing import ASGIReceiveCallable, ASGISendCallable, Scope
+from django.core.handlers.asgi import ASGIHandler
+from django.http import HttpRequest, HttpResponseBase
+
+from boxyard.threads import in_pool, start_request_threads
+
+
+class PooledASGIHandler(ASGIHandler):
+    """Django's ASGI handler with a synchronous middleware chain run in the request pool."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        start_request_threads()
+
+    def load_middleware(self, is_async: bool = False) -> None:
+        super().load_middleware(is_async=False)
+
+    async def __call__(self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
+        # Django's handler enters a ThreadSensitiveContext here, which starts a thread for each
+        # request to run its thread-sensitive calls; here the request runs in a pool thread,
+        # and what is left thread-sensitive (the request signals' receivers, closing the
+        # response) takes a moment in asgiref's one shared thread.
+        if scope["type"] != "http":
+            raise ValueError(f"this handler serves HTTP, not {scope['type']}")
+        await self.handle(scope, receive, send)
+
+    async def get_response_async(self, request: HttpRequest) -> HttpResponseBase:
+        return await in_pool(self.get_response, request)
