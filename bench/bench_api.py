@@ -119,17 +119,22 @@ class Server:
 
 
 @contextmanager
-def daphne(env: dict[str, str], data_dir: Path) -> Iterator[Server]:
-    """daphne on 127.0.0.1 at a free port; stopped (SIGTERM, then SIGKILL) on the way out."""
+def daphne(env: dict[str, str], data_dir: Path, *, embedded_worker: bool = False) -> Iterator[Server]:
+    """daphne on 127.0.0.1 at a free port; stopped (SIGTERM, then SIGKILL) on the way out.
+    With `embedded_worker`, the way `bin/run` serves: `manage.py serve`, whose process also
+    runs the Celery worker and scheduler."""
     import httpx
 
     port = free_port()
     log = data_dir / "daphne.log"
+    if embedded_worker:
+        command = [sys.executable, str(REPO / "manage.py"), "serve", "--no-build",
+                   "--host", "127.0.0.1", "--port", str(port)]
+    else:
+        command = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+                   "config.asgi:application"]
     with log.open("wb") as output:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"],
-            cwd=REPO, env=env, stdout=output, stderr=subprocess.STDOUT,
-        )
+        process = subprocess.Popen(command, cwd=REPO, env=env, stdout=output, stderr=subprocess.STDOUT)
     server = Server(process, f"http://127.0.0.1:{port}", log)
     try:
         deadline = time.monotonic() + SERVER_START_TIMEOUT

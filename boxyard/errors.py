@@ -78,15 +78,27 @@ class QuotaExceeded(BoxyardError):
     status = 429
 
 
-class RuntimeUnavailable(BoxyardError):
-    """The Docker Engine cannot be reached; try again later."""
+class Unavailable(BoxyardError):
+    """Something needed is not there now; the caller should try again after `retry_after`."""
 
-    code = "runtime_unavailable"
+    code = "unavailable"
     status = 503
 
     def __init__(self, message: str, retry_after: int = 5, **extra: Any) -> None:
         super().__init__(message, retry_after=retry_after, **extra)
         self.retry_after = retry_after
+
+
+class RuntimeUnavailable(Unavailable):
+    """The Docker Engine cannot be reached; try again later."""
+
+    code = "runtime_unavailable"
+
+
+class PoolExhausted(Unavailable):
+    """The pipeline's warm pool has no ready sandbox and its policy is not to create one cold."""
+
+    code = "pool_exhausted"
 
 
 class RuntimeFailure(BoxyardError):

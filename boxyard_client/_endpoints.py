@@ -25,6 +25,7 @@ from boxyard_client._models import (
     ExecResult,
     FileContents,
     FileList,
+    KeptAlive,
     Lease,
     OpenedSandbox,
     Process,
@@ -156,11 +157,18 @@ class Endpoints:
     # --- sandboxes ------------------------------------------------------------------------
     @endpoint
     def open(
-        self, pipeline: str, variables: Variables | None = None, holder: str | None = None
+        self,
+        pipeline: str,
+        variables: Variables | None = None,
+        holder: str | None = None,
+        *,
+        background: bool = False,
     ) -> Call[OpenedSandbox]:
-        """Get or create the sandbox of the scope these chat variables make; take the lease."""
+        """Get or create the sandbox of the scope these chat variables make; take the lease.
+        With `background`, a sandbox that needs a container comes back `creating` at once."""
         body = _compact(
-            {"pipeline": pipeline, "variables": dict(variables or {}), "holder": holder}
+            {"pipeline": pipeline, "variables": dict(variables or {}), "holder": holder,
+             "async": background or None}
         )
         return Call("POST", "/sandboxes/open", _parser(OpenedSandbox), json=body)
 
@@ -171,6 +179,12 @@ class Endpoints:
         """The pipeline's sandboxes, optionally of one status or scope key."""
         params = _compact({"status": status, "scope_key": scope_key})
         return Call("GET", "/sandboxes", _list_parser(Sandbox, "sandboxes"), params=params)
+
+    @endpoint
+    def metrics(self) -> Call[dict[str, Any]]:
+        """The pipeline's sandbox metrics: counts by state, creates, reuses, reaps by reason,
+        health-check failures, pool hits and misses, execs and their durations."""
+        return Call("GET", "/metrics", lambda data: data)
 
     @endpoint
     def get_sandbox(self, sandbox_id: str) -> Call[Sandbox]:
@@ -367,6 +381,14 @@ class Endpoints:
             "POST", _sandbox(sandbox_id, "processes", quote(name, safe=""), "restart"),
             _parser(Process), json=_compact({"holder": holder, "epoch": epoch}),
         )
+
+    @endpoint
+    def keep_alive(
+        self, sandbox_id: str, *, holder: str | None = None, epoch: int | None = None
+    ) -> Call[KeptAlive]:
+        """Count as activity now (the idle deadline moves) and renew the lease."""
+        body = _compact({"holder": holder, "epoch": epoch})
+        return Call("POST", _sandbox(sandbox_id, "keepalive"), _parser(KeptAlive), json=body)
 
     @endpoint
     def renew_lease(

@@ -42,14 +42,26 @@ class Sandbox:
     generation: int = 0
     created_at: datetime | None = None
     last_activity_at: datetime | None = None
+    idle_deadline: datetime | None = None
     expires_at: datetime | None = None
 
 
 @dataclass(frozen=True)
 class OpenedSandbox(Sandbox):
-    """`open`'s answer: the sandbox, and whether this call created it."""
+    """`open`'s answer: the sandbox, whether this call gave the scope key a new one, and
+    where it came from: "existing", "pool" (the warm pool) or "cold"."""
 
     created: bool = False
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class KeptAlive:
+    """`keep_alive`'s answer: the sandbox's new idle deadline, and its time to live."""
+
+    ok: bool
+    idle_deadline: datetime | None = None
+    expires_at: datetime | None = None
 
 
 @dataclass(frozen=True)

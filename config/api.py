@@ -10,7 +10,7 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
 from ninja.security import APIKeyCookie, HttpBearer
 
-from boxyard.errors import BoxyardError, InvalidInput, RuntimeUnavailable
+from boxyard.errors import BoxyardError, InvalidInput, Unavailable
 from pipelines.api import router as pipelines_router
 from sandboxes.api import router as sandboxes_router
 from sandboxes.selectors import Principal, principal_for_token, principal_for_user
@@ -85,7 +85,7 @@ def error_response(request: HttpRequest, status: int, body: dict[str, Any]) -> H
 @api.exception_handler(BoxyardError)
 def on_boxyard_error(request: HttpRequest, error: BoxyardError) -> HttpResponse:
     response = error_response(request, error.status, error.as_dict())
-    if isinstance(error, RuntimeUnavailable):
+    if isinstance(error, Unavailable):
         response["Retry-After"] = str(error.retry_after)
     return response
 

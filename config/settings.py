@@ -145,12 +145,50 @@ LOGIN_URL = "admin:login"
 # Largest request body the API reads (file writes come as JSON); bigger ones get 413.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("BOXYARD_MAX_REQUEST_BYTES", 32 * 1024 * 1024, minimum=1024)
 
-# --- Channels and Celery (embedded defaults; Redis arrives with the distributed mode) --------
-CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
-CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "memory://")
+# --- Channels and Celery ----------------------------------------------------------------------
+# Embedded (the default): an in-memory broker and channel layer, and the Celery worker and
+# beat scheduler run in threads of the web process (`manage.py serve`). Distributed: REDIS_URL
+# is the broker and the channel layer, and web, worker and beat are separate processes
+# (`celery -A config worker`, `celery -A config beat`). Either way the rows are the truth: a
+# task lost with a crashed process is made good by the reconciler.
+REDIS_URL = env_str("REDIS_URL", "")
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL or "memory://")
+_IN_MEMORY_BROKER = CELERY_BROKER_URL.startswith("memory://")
+# Whether `manage.py serve` runs the worker and the scheduler in its own process.
+BOXYARD_EMBEDDED_WORKER = env_bool("BOXYARD_EMBEDDED_WORKER", _IN_MEMORY_BROKER)
+BOXYARD_WORKER_THREADS = env_int("BOXYARD_WORKER_THREADS", 8, minimum=1)
+CELERY_BROKER_TRANSPORT_OPTIONS = (
+    {"polling_interval": 0.02}  # the in-memory queue is polled: hand tasks over promptly
+    if _IN_MEMORY_BROKER
+    else {"visibility_timeout": 3600}  # longer than any task's time limit
+)
+# Installs that share a Redis keep to their own queue.
+CELERY_TASK_DEFAULT_QUEUE = f"boxyard-{env_str('BOXYARD_DEPLOYMENT', 'default')}"
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
+# Periodic work (seconds between runs). Each run also takes a lock of its own in the
+# database, so a second scheduler or a slow run never makes two at once.
+BOXYARD_REAP_INTERVAL = env_float("BOXYARD_REAP_INTERVAL", 10.0, minimum=1)
+BOXYARD_RECONCILE_INTERVAL = env_float("BOXYARD_RECONCILE_INTERVAL", 15.0, minimum=1)
+BOXYARD_POOL_INTERVAL = env_float("BOXYARD_POOL_INTERVAL", 10.0, minimum=1)
+# What the reconciler leaves alone because an operation may still be at work on it.
+BOXYARD_RECONCILE_GRACE_SECONDS = env_float("BOXYARD_RECONCILE_GRACE_SECONDS", 30.0, minimum=0)
+CELERY_BEAT_SCHEDULE = {
+    "reap": {"task": "sandboxes.reap", "schedule": BOXYARD_REAP_INTERVAL},
+    "reconcile": {"task": "sandboxes.reconcile", "schedule": BOXYARD_RECONCILE_INTERVAL},
+    "refill-pools": {"task": "sandboxes.refill_pools", "schedule": BOXYARD_POOL_INTERVAL},
+}
 
 # --- HTTPS and cookies: production sets BOXYARD_HTTPS=true behind TLS -----------------------
 HTTPS = env_bool("BOXYARD_HTTPS", False)
@@ -216,5 +254,7 @@ BOXYARD_API_THREADS = env_int("BOXYARD_API_THREADS", 256, minimum=1)
 BOXYARD_AGENT_BINARY = env_str("BOXYARD_AGENT_BINARY", str(BASE_DIR / "var" / "agent" / "boxyard-agent"))
 # Output an agent keeps per exec (beyond what an exec's answer carries), for later reads.
 BOXYARD_EXEC_KEEP_BYTES = env_int("BOXYARD_EXEC_KEEP_BYTES", 16 * 1024 * 1024, minimum=1024)
+# The bearer token a Prometheus scraper sends to /metrics (admins' sessions work too).
+BOXYARD_METRICS_TOKEN = env_str("BOXYARD_METRICS_TOKEN", "")
 # Default cap on what one file read returns.
 BOXYARD_FILE_READ_BYTES = env_int("BOXYARD_FILE_READ_BYTES", 256 * 1024, minimum=1)

@@ -3,6 +3,7 @@ from django.http import HttpRequest, JsonResponse
 from django.urls import path
 
 from config.api import api
+from sandboxes.views import prometheus_metrics
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
@@ -16,4 +17,5 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
     path("healthz", healthz),
+    path("metrics", prometheus_metrics),
 ]

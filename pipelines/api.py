@@ -28,3 +28,4 @@ class ToolsOut(Schema):
 def pipeline_tools(request: HttpRequest, slug: str) -> dict[str, Any]:
     pipeline = selectors.pipeline_for(request.auth, slug)  # type: ignore[attr-defined]
     return tools.tools_document(pipeline)
+

@@ -66,6 +66,14 @@ class Retention(models.TextChoices):
     PERSISTENT = "persistent", _("Persistent: stopped when reaped, workspace kept")
 
 
+class PoolExhausted(models.TextChoices):
+    """What an open does when the warm pool has no ready sandbox for a new scope key."""
+
+    COLD = "cold", _("Create one cold")
+    WAIT = "wait", _("Wait for the pool to refill")
+    FAIL = "fail", _("Fail at once")
+
+
 def _validate_template(value: str) -> None:
     try:
         scope.validate(value)
@@ -103,6 +111,17 @@ class Pipeline(models.Model):
         max_length=20, choices=Retention.choices, default=Retention.TEMPORARY
     )
     max_live_sandboxes = models.PositiveIntegerField(default=50, validators=[MinValueValidator(1)])
+    pool_size = models.PositiveIntegerField(
+        default=0, help_text="Sandboxes kept started and ready for new scope keys (0: none)."
+    )
+    pool_exhausted = models.CharField(
+        max_length=8, choices=PoolExhausted.choices, default=PoolExhausted.COLD,
+        help_text="What an open does when the pool has no ready sandbox.",
+    )
+    pool_wait_seconds = models.PositiveIntegerField(
+        default=10, validators=[MinValueValidator(1)],
+        help_text="With the wait policy: how long an open waits for the pool before failing.",
+    )
     exec_timeout_seconds = models.PositiveIntegerField(
         default=60, validators=[MinValueValidator(1)], help_text="Default per exec."
     )
@@ -177,6 +196,11 @@ class Pipeline(models.Model):
         for field, value, maximum, setting in limits:
             if value is not None and value > maximum:
                 errors[field] = f"{value} is above the operator maximum {maximum} ({setting})"
+        if self.pool_size > self.max_live_sandboxes:
+            errors["pool_size"] = (
+                f"{self.pool_size} is more than the pipeline's max_live_sandboxes "
+                f"({self.max_live_sandboxes}): pooled sandboxes count as live"
+            )
         if self.network_enabled and not settings.BOXYARD_ALLOW_NETWORK:
             errors["network_enabled"] = (
                 "the operator does not allow sandbox networking (BOXYARD_ALLOW_NETWORK)"

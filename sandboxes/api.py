@@ -4,6 +4,7 @@ import asyncio
 import base64
 import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 from django.http import HttpRequest, StreamingHttpResponse
 from ninja import Field, Query, Router, Schema
@@ -11,7 +12,7 @@ from ninja.responses import codes_4xx, codes_5xx
 
 from boxyard.errors import InvalidInput
 from boxyard.threads import in_pool
-from sandboxes import selectors, services
+from sandboxes import metrics, selectors, services
 from sandboxes.models import Exec, ExecState, Sandbox
 from sandboxes.schemas import (
     CloseOut,
@@ -21,6 +22,7 @@ from sandboxes.schemas import (
     ExecIn,
     ExecOut,
     ExecOutputOut,
+    KeepAliveOut,
     Fencing,
     KillOut,
     LeaseOut,
@@ -75,6 +77,7 @@ def render_sandbox(sandbox: Sandbox) -> dict:
         "generation": sandbox.generation,
         "created_at": sandbox.created_at,
         "last_activity_at": sandbox.last_activity_at,
+        "idle_deadline": sandbox.idle_deadline,
         "expires_at": sandbox.expires_at,
         "lease": render_lease(lease),
     }
@@ -110,9 +113,19 @@ def render_exec(record: Exec) -> dict:
 def open_sandbox(request: HttpRequest, body: OpenIn) -> dict:
     who = principal(request)
     pipeline = selectors.pipeline_for(who, body.pipeline)
-    opened = services.open_sandbox(pipeline, body.variables, who.actor, holder=body.holder)
+    opened = services.open_sandbox(
+        pipeline, body.variables, who.actor, holder=body.holder, background=body.background
+    )
     sandbox = selectors.sandbox_for(who, opened.sandbox.pk)
-    return {**render_sandbox(sandbox), "created": opened.created}
+    return {**render_sandbox(sandbox), "created": opened.created, "source": opened.source}
+
+
+@router.get(
+    "/metrics", response=responds(dict[str, Any]),
+    summary="Sandbox metrics of the caller's pipeline (an admin: every pipeline, and overall)",
+)
+def sandbox_metrics(request: HttpRequest) -> dict[str, Any]:
+    return metrics.snapshot(principal(request).pipeline)
 
 
 @router.get("/sandboxes", response=responds(SandboxListOut), summary="The pipeline's sandboxes")
@@ -436,6 +449,17 @@ def process_restart(request: HttpRequest, sandbox_id: str, name: str, body: Fenc
     who = principal(request)
     sandbox = selectors.sandbox_for(who, sandbox_id)
     return services.restart_process(sandbox, name, who.actor, holder=body.holder, epoch=body.epoch)
+
+
+@router.post(
+    "/sandboxes/{sandbox_id}/keepalive", response=responds(KeepAliveOut),
+    summary="Count as activity now (the idle deadline moves) and renew the lease",
+)
+def keep_alive(request: HttpRequest, sandbox_id: str, body: Fencing) -> dict:
+    who = principal(request)
+    sandbox = selectors.sandbox_for(who, sandbox_id)
+    sandbox = services.keep_alive(sandbox, who.actor, holder=body.holder, epoch=body.epoch)
+    return {"ok": True, "idle_deadline": sandbox.idle_deadline, "expires_at": sandbox.expires_at}
 
 
 @router.post("/sandboxes/{sandbox_id}/lease/renew", response=responds(LeaseOut), summary="Renew the lease")

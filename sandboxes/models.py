@@ -91,9 +91,24 @@ class Sandbox(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     last_activity_at = models.DateTimeField(null=True, blank=True)
+    idle_deadline = models.DateTimeField(
+        null=True, blank=True, help_text="Reaped for idleness after this (activity moves it)."
+    )
     stopped_at = models.DateTimeField(null=True, blank=True)
     destroyed_at = models.DateTimeField(null=True, blank=True)
-    expires_at = models.DateTimeField(null=True, blank=True, help_text="Absolute end (TTL).")
+    expires_at = models.DateTimeField(
+        null=True, blank=True, help_text="Absolute end of this run (TTL), from its start."
+    )
+    destroy_requested = models.BooleanField(
+        default=False, help_text="The stop in progress also deletes the workspace."
+    )
+    pooled = models.BooleanField(
+        default=False, help_text="Started ahead in the warm pool, not yet claimed by a scope key."
+    )
+    profile = models.CharField(
+        max_length=64, blank=True, help_text="Digest of the pipeline profile it was made with."
+    )
+    health_failures = models.PositiveIntegerField(default=0)
     updated_at = models.DateTimeField(auto_now=True)
 
     objects = SandboxQuerySet.as_manager()
@@ -107,7 +122,14 @@ class Sandbox(models.Model):
                 name="one_live_sandbox_per_scope_key",
             )
         ]
-        indexes = [models.Index(fields=["state"]), models.Index(fields=["pipeline", "state"])]
+        indexes = [
+            models.Index(fields=["state"]),
+            models.Index(fields=["pipeline", "state"]),
+            # What the reaper scans: running sandboxes by deadline.
+            models.Index(fields=["state", "idle_deadline"]),
+            models.Index(fields=["state", "expires_at"]),
+            models.Index(fields=["pipeline", "pooled", "state"]),
+        ]
 
     def __str__(self) -> str:
         return f"{self.pipeline.slug}:{self.scope_key} ({self.state})"
@@ -116,14 +138,18 @@ class Sandbox(models.Model):
     def workdir(self) -> str:
         return "/workspace"
 
-    def record_activity(self) -> None:
-        """Stamp `last_activity_at`, the clock idle reaping reads; skipped when this copy of
-        the row says it was stamped less than `ACTIVITY_GRANULARITY` ago."""
+    def record_activity(self, *, force: bool = False) -> None:
+        """Stamp `last_activity_at` and move `idle_deadline` (what idle reaping reads);
+        skipped when this copy of the row says it was stamped less than
+        `ACTIVITY_GRANULARITY` ago, unless `force`."""
         now = timezone.now()
-        if self.last_activity_at is not None and now - self.last_activity_at < ACTIVITY_GRANULARITY:
+        recent = self.last_activity_at is not None and now - self.last_activity_at < ACTIVITY_GRANULARITY
+        if recent and not force:
             return
-        Sandbox.objects.filter(pk=self.pk).update(last_activity_at=Now())
+        idle = timedelta(seconds=self.pipeline.idle_timeout_seconds)
+        Sandbox.objects.filter(pk=self.pk).update(last_activity_at=Now(), idle_deadline=Now() + idle)
         self.last_activity_at = now
+        self.idle_deadline = now + idle
 
 
 class Lease(models.Model):
@@ -266,3 +292,41 @@ class Event(models.Model):
 
     def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
         raise TypeError("events are append-only")
+
+
+class PeriodicJob(models.Model):
+    """A periodic job (reaping, reconciliation, pool refills): the lock that lets one run at
+    a time across every worker and scheduler, and how its last run went."""
+
+    name = models.CharField(primary_key=True, max_length=64)
+    holder = models.CharField(max_length=64, blank=True, help_text="The run holding the lock.")
+    running_until = models.DateTimeField(
+        null=True, blank=True, help_text="The lock lapses then, should its run die holding it."
+    )
+    last_started_at = models.DateTimeField(null=True, blank=True)
+    last_finished_at = models.DateTimeField(null=True, blank=True)
+    last_result = models.JSONField(default=dict, blank=True)
+    last_error = models.TextField(blank=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class MetricTotal(models.Model):
+    """A running total of a counter metric, per pipeline and label (a reason, a state, a
+    histogram bucket). Each process adds up its counts in memory and adds them here every
+    few seconds, so the totals are the whole installation's, across processes and restarts."""
+
+    name = models.CharField(max_length=64)
+    pipeline = models.CharField(max_length=50, blank=True, help_text="The pipeline's slug.")
+    label = models.CharField(max_length=64, blank=True)
+    value = models.FloatField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["name", "pipeline", "label"], name="one_total_per_series")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name}{{{self.pipeline},{self.label}}} = {self.value}"

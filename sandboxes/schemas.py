@@ -49,7 +49,10 @@ class SandboxOut(Schema):
     generation: int
     created_at: datetime
     last_activity_at: datetime | None
-    expires_at: datetime | None
+    idle_deadline: datetime | None = Field(
+        None, description="Reaped for idleness after this, unless used or leased before."
+    )
+    expires_at: datetime | None = Field(None, description="Reaped at this time (time to live).")
     lease: LeaseOut
 
 
@@ -62,10 +65,25 @@ class OpenIn(Schema):
         "template decides which are needed.",
     )
     holder: str | None = Field(None, max_length=200)
+    background: bool = Field(
+        False,
+        alias="async",
+        description="Return at once: a sandbox that needs a container comes back `creating` "
+        "and a worker starts it; poll GET /sandboxes/{id} until it is `running`.",
+    )
+
+
+class KeepAliveOut(Schema):
+    ok: bool
+    idle_deadline: datetime | None
+    expires_at: datetime | None
 
 
 class OpenOut(SandboxOut):
     created: bool
+    source: str = Field(
+        ..., description="existing (the key's sandbox), pool (claimed from the warm pool) or cold"
+    )
 
 
 class SandboxListOut(Schema):

@@ -5,14 +5,16 @@ every container and volume they make carries this test session's deployment labe
 removed after each test.
 """
 
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from django.conf import settings
 
 from pipelines.models import Pipeline
+from sandboxes import metrics
 from sandboxes.runtime import LABEL_DEPLOYMENT, get_runtime, set_runtime
 from sandboxes.services import Actor
 from tests.fakes import FakeRuntime
@@ -23,6 +25,15 @@ DEPLOYMENT = f"test-{uuid.uuid4().hex[:8]}"
 @pytest.fixture(autouse=True, scope="session")
 def _deployment_label() -> None:
     settings.BOXYARD_DEPLOYMENT = DEPLOYMENT
+
+
+@pytest.fixture(autouse=True)
+def _metrics_in_the_test() -> Iterator[None]:
+    """Counts are written when read, inside the test's own transaction, and start at zero."""
+    metrics.BACKGROUND_FLUSH = False
+    with metrics._lock:
+        metrics._pending.clear()
+    yield
 
 
 @pytest.fixture(scope="session")
@@ -91,3 +102,14 @@ def pipeline(make_pipeline: Any) -> Pipeline:
 
 
 CHAT = {"launcher_type": "group", "launcher_id": "123456", "sender_id": "789"}
+
+
+def wait_for(condition: Callable[[], bool], seconds: float, why: Callable[[], str] = str) -> float:
+    """Poll until `condition()` holds; the seconds it took. Fails after `seconds`, with
+    `why()` (logs, say) in the message."""
+    started = time.monotonic()
+    while not condition():
+        if time.monotonic() - started > seconds:
+            raise AssertionError(f"not done within {seconds} s\n{why()}")
+        time.sleep(0.1)
+    return time.monotonic() - started

@@ -27,6 +27,7 @@ from docker.types import LogConfig
 from docker.types import Mount as DockerMount
 from docker.types import Ulimit
 
+from boxyard import chaos
 from boxyard.errors import RuntimeFailure, RuntimeUnavailable
 from sandboxes.runtime import (
     AGENT_MOUNT,
@@ -279,6 +280,7 @@ class DockerRuntime:
             # The deterministic name is taken: another opener of the same sandbox got there
             # first. Adopt the container if it is this sandbox's generation, else refuse.
             return self._start(self._adopt(spec))
+        chaos.point("create:container")
         return self._start(created["Id"], spec)
 
     def _start(self, container_id: str, created: ContainerSpec | None = None) -> ContainerInfo:

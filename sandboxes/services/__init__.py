@@ -22,8 +22,8 @@ from sandboxes.services.files import (
     read_file,
     write_file,
 )
-from sandboxes.services.lease_ops import release_lease, renew_lease, takeover_lease
-from sandboxes.services.opening import Opened, open_sandbox
+from sandboxes.services.lease_ops import keep_alive, release_lease, renew_lease, takeover_lease
+from sandboxes.services.opening import Opened, boot, open_sandbox
 from sandboxes.services.processes import (
     list_processes,
     read_output,
@@ -36,6 +36,7 @@ __all__ = [
     "SYSTEM",
     "Actor",
     "Opened",
+    "boot",
     "clean_request",
     "close_sandbox",
     "create_session",
@@ -43,6 +44,7 @@ __all__ = [
     "delete_session",
     "exec_chunks",
     "exec_output",
+    "keep_alive",
     "kill_exec",
     "list_sessions",
     "list_files",

@@ -14,7 +14,7 @@ from sandboxes.models import Exec, StopReason
 from sandboxes.services import containers, files
 from sandboxes.services.closing import close_sandbox
 from sandboxes.services.execs import clean_request, run_exec
-from sandboxes.services.opening import create_row
+from sandboxes.services.creating import create_row
 
 LANGUAGES = {
     "python": ("main.py", ["python3", "main.py"]),

@@ -6,14 +6,18 @@ refuses a second container of that name and the loser adopts the winner's), and 
 container of an older generation is recognisably stale.
 """
 
+import hashlib
+import json
 import re
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
 from django.db.models.functions import Now
 
+from boxyard import chaos
 from boxyard.actors import SYSTEM, Actor
-from boxyard.errors import ImageNotAllowed, RuntimeFailure
+from boxyard.errors import ImageNotAllowed, RuntimeFailure, RuntimeUnavailable
 from pipelines.models import Pipeline, Skill, SkillMode, image_allowed
 from sandboxes.models import Sandbox, State, StopReason
 from sandboxes.runtime import (
@@ -96,6 +100,20 @@ def _image_owns_workspace(image_labels: dict[str, str]) -> bool:
     return image_labels.get(LABEL_WORKSPACE_UID) == settings.BOXYARD_SANDBOX_USER.split(":")[0]
 
 
+def profile_digest(pipeline: Pipeline) -> str:
+    """What a pipeline's containers are made of, as a digest: a pooled sandbox made with
+    another profile (the pipeline changed since) is not handed out."""
+    skills = list(Skill.objects.filter(pipeline=pipeline).order_by("name").values_list(
+        "name", "host_path", "mode"
+    ))
+    made_of = [
+        pipeline.effective_image, pipeline.cpus, pipeline.memory_mb, pipeline.pids_limit,
+        pipeline.tmp_mb, pipeline.network_enabled, sorted((pipeline.env or {}).items()),
+        pipeline.processes, skills, pipeline.retention,
+    ]
+    return hashlib.sha256(json.dumps(made_of, default=str).encode()).hexdigest()[:32]
+
+
 def build_spec(
     sandbox: Sandbox, image_labels: dict[str, str], agent: tuple[str, str] | None = None
 ) -> ContainerSpec:
@@ -111,7 +129,7 @@ def build_spec(
         mounts += (Mount(source=volume, target=AGENT_MOUNT, read_only=True, no_copy=True),)
         labels[LABEL_AGENT] = digest
     return ContainerSpec(
-        name=container_name(sandbox),
+        name=sandbox.container_name or container_name(sandbox),
         image=sandbox.image,
         labels=labels,
         user=settings.BOXYARD_SANDBOX_USER,
@@ -135,7 +153,8 @@ def provision(sandbox: Sandbox, actor: Actor = SYSTEM) -> Sandbox:
     for a retry; anything else puts it in `error` with the reason.
     """
     runtime = get_runtime()
-    name = container_name(sandbox)
+    name = sandbox.container_name or container_name(sandbox)
+    pipeline = sandbox.pipeline
     try:
         check_image(sandbox.image)
         image_labels = runtime.image_labels(sandbox.image)
@@ -154,10 +173,14 @@ def provision(sandbox: Sandbox, actor: Actor = SYSTEM) -> Sandbox:
         )
         if created and not _image_owns_workspace(image_labels):
             runtime.prepare_volume(sandbox.volume_name, sandbox.image, settings.BOXYARD_SANDBOX_USER)
+        chaos.point("create:volume")
         info = runtime.ensure_container(spec)
+    except RuntimeUnavailable:
+        raise  # the engine may be back in a moment: the row stays creating for a retry
     except (RuntimeFailure, ImageNotAllowed) as error:
         _mark_error(sandbox, name, error.message, actor)
         raise
+    chaos.point("create:started")
     with transaction.atomic():
         Sandbox.objects.filter(
             pk=sandbox.pk, generation=sandbox.generation, state__in=[State.CREATING, State.UNKNOWN]
@@ -168,6 +191,9 @@ def provision(sandbox: Sandbox, actor: Actor = SYSTEM) -> Sandbox:
             agent=info.labels.get(LABEL_AGENT, ""),
             started_at=Now(),
             last_activity_at=Now(),
+            idle_deadline=Now() + timedelta(seconds=pipeline.idle_timeout_seconds),
+            # The time to live counts from the start of this run of the sandbox.
+            expires_at=Now() + timedelta(seconds=pipeline.ttl_seconds),
             status_detail="",
             stop_reason="",
         )
@@ -201,9 +227,10 @@ def remove(sandbox: Sandbox, *, delete_workspace: bool) -> None:
     runtime = get_runtime()
     if sandbox.container_id:
         forget(sandbox.container_id)
-    runtime.remove_container(sandbox.container_id or container_name(sandbox))
-    if sandbox.container_id and sandbox.container_name != container_name(sandbox):
-        runtime.remove_container(container_name(sandbox))
+    # By id when it was recorded as running; else by its name, which a create that never got
+    # as far as recording it used.
+    runtime.remove_container(sandbox.container_id or sandbox.container_name or container_name(sandbox))
+    chaos.point("stop:container-removed")
     if delete_workspace:
         runtime.remove_volume(sandbox.volume_name)
 

@@ -21,12 +21,12 @@ from typing import Any
 from django.conf import settings
 from django import db
 from django.db import transaction
-from django.db.models.functions import Now
 from django.utils import timezone
 
 from boxyard.actors import Actor
 from boxyard.errors import BoxyardError, InvalidInput, InvalidState, NotFound, RuntimeFailure
 from pipelines.models import Pipeline
+from sandboxes import metrics
 from sandboxes.models import SESSION_NAME, Exec, ExecState, Sandbox, ShellSession, State
 from sandboxes.runtime import AGENT_PATH, ContainerGone, ExecDeadlineExceeded, get_runtime
 from sandboxes.runtime.agent import AgentChannel, AgentGone, channel
@@ -404,7 +404,7 @@ def finish_from_status(record: Exec, status: dict[str, Any]) -> Exec:
     with transaction.atomic():
         updated = Exec.objects.filter(pk=record.pk, state=ExecState.RUNNING).update(**values)
         if updated:
-            _record_activity(record)
+            _ended(record, state, values["duration_ms"])
     if not updated:  # another process recorded the end first: show what it recorded
         record.refresh_from_db()
         return record
@@ -552,16 +552,19 @@ def _finish(record: Exec) -> None:
     record.finished_at = timezone.now()
     with transaction.atomic():
         record.save()
-        _record_activity(record)
+        _ended(record, record.state, record.duration_ms)
 
 
-def _record_activity(record: Exec) -> None:
-    """An exec's end is activity of its sandbox (through the loaded sandbox when there is
-    one, which knows when it was last stamped)."""
-    if Exec.sandbox.is_cached(record):
-        record.sandbox.record_activity()
-    else:
-        Sandbox.objects.filter(pk=record.sandbox_id).update(last_activity_at=Now())
+def _ended(record: Exec, state: str, duration_ms: int | None) -> None:
+    """An exec's end: activity of its sandbox (through the loaded sandbox when there is one,
+    which knows when it was last stamped), and counted."""
+    if Exec.sandbox.is_cached(record) and Sandbox.pipeline.is_cached(record.sandbox):
+        sandbox: Sandbox | None = record.sandbox
+        sandbox.record_activity()  # type: ignore[union-attr]
+    elif sandbox := Sandbox.objects.select_related("pipeline").filter(pk=record.sandbox_id).first():
+        sandbox.record_activity(force=True)
+    if sandbox is not None:
+        metrics.observe_exec(sandbox.pipeline.slug, state, duration_ms)
 
 
 # --- reading, waiting, killing ---------------------------------------------------------------------

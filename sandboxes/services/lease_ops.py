@@ -6,6 +6,7 @@ from boxyard.actors import Actor
 from boxyard.errors import InvalidInput, InvalidState
 from sandboxes.models import Lease, Sandbox, State
 from sandboxes.services import leases
+from sandboxes.services.execs import require_running
 
 
 def _locked(sandbox: Sandbox) -> Sandbox:
@@ -22,6 +23,18 @@ def renew_lease(sandbox: Sandbox, actor: Actor, *, holder: str | None = None,
         return leases.authorize(
             sandbox, leases.clean_holder(holder, sandbox), leases.clean_epoch(epoch), actor
         )
+
+
+def keep_alive(sandbox: Sandbox, actor: Actor, *, holder: str | None = None,
+               epoch: int | None = None) -> Sandbox:
+    """Count as activity now (the idle deadline moves) and renew the lease: for a holder
+    that is thinking, not running commands. The time to live does not move."""
+    with transaction.atomic():
+        sandbox = _locked(sandbox)
+        require_running(sandbox, "keep alive")
+        leases.authorize(sandbox, leases.clean_holder(holder, sandbox), leases.clean_epoch(epoch), actor)
+        sandbox.record_activity(force=True)
+    return sandbox
 
 
 def release_lease(sandbox: Sandbox, actor: Actor, *, holder: str | None = None,

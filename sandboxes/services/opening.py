@@ -1,127 +1,144 @@
+"""Opening: from a pipeline and a chat's variables to a working sandbox with its lease.
+
+The scope key decides the sandbox: the live one of the key if there is one (checked for
+health first), else one claimed from the pipeline's warm pool, else one made cold (or, as
+the pipeline's pool policy says, a wait for the pool or a refusal).
+"""
+
+import time
 from dataclasses import dataclass
-from datetime import timedelta
+from typing import Literal
 
-from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models.functions import Now
 
-from boxyard.actors import Actor
-from boxyard.errors import InvalidState, QuotaExceeded
+from boxyard import chaos
+from boxyard.actors import SYSTEM, Actor
+from boxyard.errors import BoxyardError, InvalidState, PoolExhausted
 from pipelines import scope
-from pipelines.models import Pipeline
+from pipelines.models import Pipeline, PoolExhausted as PoolPolicy
+from sandboxes import metrics
 from sandboxes.models import Lease, Sandbox, State
-from sandboxes.runtime import agent
-from sandboxes.services import containers, events, leases, processes
+from sandboxes.runtime import get_runtime
+from sandboxes.runtime.agent import channel, forget, is_open
+from sandboxes.services import containers, events, leases, pool
+from sandboxes.services.background import BOOT, later
+from sandboxes.services.creating import check_quota, create_row, provision_and_start
+
+Source = Literal["existing", "pool", "cold"]
+_POOL_POLL_SECONDS = 0.05
 
 
 @dataclass
 class Opened:
     sandbox: Sandbox
     lease: Lease
-    created: bool
-
-
-# States that hold a quota slot: a stopped sandbox keeps its workspace but no container.
-_QUOTA_STATES = [State.CREATING, State.RUNNING, State.STOPPING, State.UNKNOWN]
+    created: bool  # a sandbox new to this scope key (made cold or claimed from the pool)
+    source: Source = "existing"
 
 
 def open_sandbox(
-    pipeline: Pipeline, variables: object, actor: Actor, holder: str | None = None
+    pipeline: Pipeline,
+    variables: object,
+    actor: Actor,
+    holder: str | None = None,
+    *,
+    background: bool = False,
 ) -> Opened:
     """Get or create the one live sandbox of (pipeline, scope key) and take or share its lease.
 
     Idempotent under concurrency: the row is unique per key among live sandboxes, and the
     container's deterministic name makes every concurrent opener converge on one container.
-    Raises InvalidInput (scope variables), QuotaExceeded, LeaseBusy, TakenOver, InvalidState
-    and the runtime's errors.
+    With `background`, a sandbox that needs a container is returned at once in `creating`
+    and a worker boots it. Raises InvalidInput (scope variables), QuotaExceeded,
+    PoolExhausted, LeaseBusy, TakenOver, InvalidState and the runtime's errors.
     """
     scope_key = scope.resolve(pipeline.scope_template, variables)
     cleaned = scope.clean_variables(variables)
-    with transaction.atomic():
-        sandbox, created = _get_or_create(pipeline, scope_key, cleaned, actor)
-        lease = leases.acquire(sandbox, leases.clean_holder(holder, sandbox), actor)
-        if sandbox.state == State.STOPPING:
-            raise InvalidState("the sandbox is stopping; open it again in a moment", state=sandbox.state)
-        if sandbox.state in (State.STOPPED, State.ERROR):
-            if sandbox.state == State.STOPPED:
-                _check_quota(pipeline)  # a stopped sandbox holds no slot until it starts again
-            _restart(sandbox, actor)
-    if sandbox.state in (State.CREATING, State.UNKNOWN):
-        sandbox = containers.provision(sandbox, actor)
-        processes.start_after_boot(sandbox)
-        if sandbox.state == State.RUNNING and sandbox.agent:
-            agent.prepare(sandbox.container_id)  # the bot's first command usually follows
-    return Opened(sandbox=sandbox, lease=lease, created=created)
+    waited_until: float | None = None
+    while True:
+        with transaction.atomic():
+            found = _find_or_make(pipeline, scope_key, cleaned, actor, first_try=waited_until is None)
+            if found is not None:
+                sandbox, source = found
+                lease = leases.acquire(sandbox, leases.clean_holder(holder, sandbox), actor)
+                _make_startable(sandbox, pipeline, actor)
+                if background and sandbox.state in (State.CREATING, State.UNKNOWN):
+                    later(BOOT, str(sandbox.pk), sandbox.generation)
+                break
+        # The pool is empty and the pipeline waits for it to refill.
+        now = time.monotonic()
+        waited_until = waited_until or now + pipeline.pool_wait_seconds
+        if now >= waited_until:
+            raise PoolExhausted(
+                f"the warm pool of pipeline {pipeline.slug} has no ready sandbox (waited "
+                f"{pipeline.pool_wait_seconds} s); try again in a moment",
+                retry_after=1,
+            )
+        time.sleep(_POOL_POLL_SECONDS)
+
+    chaos.point("create:row")
+    if source == "existing":
+        metrics.count("boxyard_sandboxes_reused_total", pipeline.slug)
+    elif source == "pool":
+        metrics.count("boxyard_pool_hits_total", pipeline.slug)
+    if sandbox.state == State.RUNNING and source != "cold":
+        sandbox = _healthy(sandbox, actor)
+    if not background and sandbox.state in (State.CREATING, State.UNKNOWN):
+        sandbox = provision_and_start(sandbox, actor)
+    return Opened(sandbox=sandbox, lease=lease, created=source != "existing", source=source)
 
 
-def _get_or_create(
-    pipeline: Pipeline, scope_key: str, variables: dict[str, str], actor: Actor
-) -> tuple[Sandbox, bool]:
+def boot(sandbox_id: object, generation: int, *, ready_agent: bool) -> Sandbox | None:
+    """Make the container of a sandbox that is waiting for one (a worker's boot task);
+    nothing if the row has moved on (another generation, already running, stopped)."""
+    sandbox = (
+        Sandbox.objects.select_related("pipeline").filter(pk=sandbox_id, generation=generation).first()
+    )
+    if sandbox is None or sandbox.state not in (State.CREATING, State.UNKNOWN):
+        return sandbox
+    return provision_and_start(sandbox, SYSTEM, ready_agent=ready_agent)
+
+
+def _find_or_make(
+    pipeline: Pipeline, scope_key: str, variables: dict[str, str], actor: Actor, *, first_try: bool
+) -> tuple[Sandbox, Source] | None:
+    """The key's live sandbox, a pooled one given to the key, or a new one; None when the
+    pipeline's pool policy says to wait for the pool."""
     existing = Sandbox.objects.live().filter(pipeline=pipeline, scope_key=scope_key).first()
     if existing is not None:
-        return existing, False
+        return existing, "existing"
     try:
-        return create_row(pipeline, scope_key, variables, actor), True
-    except IntegrityError:  # a concurrent opener of the same key created it first
-        return Sandbox.objects.live().get(pipeline=pipeline, scope_key=scope_key), False
+        if pipeline.pool_size:
+            claimed = pool.claim(pipeline, scope_key, variables, actor)
+            if claimed is not None:
+                return claimed, "pool"
+            if first_try:
+                events.record(actor, "pool.missed", pipeline=pipeline, scope_key=scope_key)
+                metrics.count("boxyard_pool_misses_total", pipeline.slug)
+            if pipeline.pool_exhausted == PoolPolicy.FAIL:
+                raise PoolExhausted(
+                    f"the warm pool of pipeline {pipeline.slug} has no ready sandbox; try again "
+                    "in a moment", retry_after=1,
+                )
+            if pipeline.pool_exhausted == PoolPolicy.WAIT:
+                return None
+        return create_row(pipeline, scope_key, variables, actor), "cold"
+    except IntegrityError:  # a concurrent opener of the same key got there first
+        return Sandbox.objects.live().get(pipeline=pipeline, scope_key=scope_key), "existing"
 
 
-def create_row(
-    pipeline: Pipeline,
-    scope_key: str,
-    variables: dict[str, str],
-    actor: Actor,
-    *,
-    retention: str | None = None,
-    **detail: object,
-) -> Sandbox:
-    """Record a new sandbox (state creating) with its free lease, within the quotas.
-
-    Call inside a transaction. Raises QuotaExceeded, and IntegrityError when the key already
-    has a live sandbox (after rolling back only its own savepoint).
-    """
-    # Lock the pipeline so concurrent creates of different keys count the quota in turn.
-    Pipeline.objects.select_for_update(no_key=True).filter(pk=pipeline.pk).first()
-    _check_quota(pipeline)
-    with transaction.atomic():  # a savepoint: losing the race must not spoil the outer one
-        sandbox = Sandbox.objects.create(
-            pipeline=pipeline,
-            scope_key=scope_key,
-            variables=variables,
-            retention=retention or pipeline.retention,
-            image=pipeline.effective_image,
-            state=State.CREATING,
-        )
-    sandbox.volume_name = containers.volume_name(sandbox)
-    sandbox.container_name = containers.container_name(sandbox)
-    sandbox.save(update_fields=["volume_name", "container_name"])
-    Sandbox.objects.filter(pk=sandbox.pk).update(
-        expires_at=Now() + timedelta(seconds=pipeline.ttl_seconds)
-    )
-    Lease.objects.create(sandbox=sandbox)
-    events.record(actor, "sandbox.created", sandbox=sandbox, scope_key=scope_key, **detail)
-    return sandbox
+def _make_startable(sandbox: Sandbox, pipeline: Pipeline, actor: Actor) -> None:
+    """A stopping sandbox cannot be opened yet; a stopped or failed one starts again."""
+    if sandbox.state == State.STOPPING:
+        raise InvalidState("the sandbox is stopping; open it again in a moment", state=sandbox.state)
+    if sandbox.state in (State.STOPPED, State.ERROR):
+        if sandbox.state == State.STOPPED:
+            check_quota(pipeline)  # a stopped sandbox holds no slot until it starts again
+        _restart(sandbox, actor)
 
 
-def _check_quota(pipeline: Pipeline) -> None:
-    live = Sandbox.objects.filter(pipeline=pipeline, state__in=_QUOTA_STATES).count()
-    if live >= pipeline.max_live_sandboxes:
-        raise QuotaExceeded(
-            f"pipeline {pipeline.slug} has {live} live sandboxes, its maximum "
-            f"(max_live_sandboxes={pipeline.max_live_sandboxes})",
-            limit=pipeline.max_live_sandboxes,
-        )
-    total = Sandbox.objects.filter(state__in=_QUOTA_STATES).count()
-    if total >= settings.BOXYARD_MAX_LIVE_SANDBOXES:
-        raise QuotaExceeded(
-            f"this Boxyard runs {total} live sandboxes, the operator's maximum "
-            f"(BOXYARD_MAX_LIVE_SANDBOXES={settings.BOXYARD_MAX_LIVE_SANDBOXES})",
-            limit=settings.BOXYARD_MAX_LIVE_SANDBOXES,
-        )
-
-
-def _restart(sandbox: Sandbox, actor: Actor) -> None:
-    """A stopped or failed sandbox gets a new container generation with the same workspace."""
+def _restart(sandbox: Sandbox, actor: Actor, reason: str = "") -> None:
+    """A new container generation with the same workspace (call with the row locked)."""
     previous = sandbox.state
     sandbox.state = State.CREATING
     sandbox.generation += 1
@@ -130,8 +147,48 @@ def _restart(sandbox: Sandbox, actor: Actor) -> None:
     sandbox.stop_reason = ""
     sandbox.status_detail = ""
     sandbox.stopped_at = None
+    sandbox.destroy_requested = False
     sandbox.save()
     events.record(
-        actor, "sandbox.restarting", sandbox=sandbox, previous_state=previous,
+        actor, "sandbox.restarting", sandbox=sandbox, reason=reason, previous_state=previous,
         generation=sandbox.generation,
     )
+
+
+# --- the health check before reuse --------------------------------------------------------------
+
+
+def _healthy(sandbox: Sandbox, actor: Actor) -> Sandbox:
+    """The sandbox if its container answers; else it gets a new container on the same
+    workspace (the failure counted and recorded), which is returned."""
+    if _answers(sandbox):
+        return sandbox
+    with transaction.atomic():
+        locked = Sandbox.objects.locked().get(pk=sandbox.pk)
+        if locked.state != State.RUNNING or locked.container_id != sandbox.container_id:
+            return locked  # another process dealt with it meanwhile
+        old_container = locked.container_id
+        locked.health_failures += 1
+        locked.save(update_fields=["health_failures", "updated_at"])
+        events.record(actor, "sandbox.health_failed", sandbox=locked, container=locked.container_name)
+        _restart(locked, actor, reason="health check failed")
+    metrics.count("boxyard_health_check_failures_total", locked.pipeline.slug)
+    forget(old_container)
+    try:
+        get_runtime().remove_container(old_container)
+    except BoxyardError:
+        pass  # a stale generation: the reconciler removes it
+    return provision_and_start(locked, actor)
+
+
+def _answers(sandbox: Sandbox) -> bool:
+    """A cheap check: the agent answers on this process's open channel, or else the engine
+    says the container runs."""
+    try:
+        if sandbox.agent and is_open(sandbox.container_id):
+            channel(sandbox.container_id).call("ping", deadline=2)
+            return True
+        info = get_runtime().inspect_container(sandbox.container_id)
+    except BoxyardError:
+        return False
+    return info is not None and info.running

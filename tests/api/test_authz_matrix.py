@@ -55,6 +55,7 @@ class Route:
 ROUTES: list[Route] = [
     Route("POST", "/sandboxes/open", {"pipeline": "support", "variables": CHAT}),
     Route("GET", "/sandboxes", lists=True),
+    Route("GET", "/metrics", lists=True),
     Route("GET", "/sandboxes/{sandbox_id}"),
     Route("DELETE", "/sandboxes/{sandbox_id}", query={"delete_workspace": "true"}),
     Route(
@@ -100,6 +101,7 @@ ROUTES: list[Route] = [
         "POST", "/sandboxes/{sandbox_id}/processes/{name}/restart",
         {"holder": "{holder}", "epoch": "{epoch}"},
     ),
+    Route("POST", "/sandboxes/{sandbox_id}/keepalive", {"holder": "{holder}", "epoch": "{epoch}"}),
     Route("POST", "/sandboxes/{sandbox_id}/lease/renew", {"holder": "{holder}", "epoch": "{epoch}"}),
     Route(
         "POST", "/sandboxes/{sandbox_id}/lease/release", {"holder": "{holder}", "epoch": "{epoch}"}

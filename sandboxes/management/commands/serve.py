@@ -14,7 +14,8 @@ from boxyard.errors import BoxyardError
 class Command(BaseCommand):
     help = (
         "Run Boxyard on this machine: migrate, build the default sandbox image if missing, "
-        "create the first admin, and serve HTTP and websockets with daphne."
+        "create the first admin, and serve HTTP and websockets with daphne (with the worker "
+        "and the scheduler in the same process unless REDIS_URL makes them separate)."
     )
 
     def add_arguments(self, parser: ArgumentParser) -> None:
@@ -30,6 +31,11 @@ class Command(BaseCommand):
         if not options["no_build"]:
             self._images()
         self._first_admin(options["host"], options["port"])
+        if settings.BOXYARD_EMBEDDED_WORKER:
+            from config.embedded import start_worker_and_scheduler
+
+            start_worker_and_scheduler()
+            self.stdout.write("Worker and scheduler run in this process (embedded mode).")
         from daphne.cli import CommandLineInterface
 
         self.stdout.write(f"Boxyard listens on http://{options['host']}:{options['port']}/")

@@ -1,0 +1,19 @@
+"""Work handed to the Celery workers.
+
+Services name tasks rather than import them (the tasks module is an entry point and sits
+above the services), and hand them over only once the transaction that made them necessary
+has committed: a worker must find the row it is given.
+"""
+
+from typing import Any
+
+from celery import current_app
+from django.db import transaction
+
+BOOT = "sandboxes.boot"
+REFILL_POOLS = "sandboxes.refill_pools"
+
+
+def later(task: str, *args: Any) -> None:
+    """Queue `task(*args)` when the current transaction commits (at once outside one)."""
+    transaction.on_commit(lambda: current_app.send_task(task, args=list(args)))

@@ -1,0 +1,238 @@
+"""Reconciliation: the rows (what is meant) and the engine's containers (what runs) brought
+together, whatever crashed and when.
+
+One pass reads the state of both sides, not the events that led there, so it repairs any
+mix of interrupted operations, and running it twice does nothing more. It runs when a worker
+starts and periodically after. Anything younger than the grace period is left alone: an
+operation may be in flight on it.
+
+| row (generation g) | containers labelled with its id | action |
+|---|---|---|
+| none, or destroyed | any | remove them |
+| any | one of another generation | remove it (stale) |
+| running | g, running | nothing (its id recorded if it differs) |
+| running or unknown | g, not running (exited, killed, made but never started) | remove it; the sandbox is stopped, reason `lost` (workspace kept, lease released) |
+| running or unknown | none | the sandbox is stopped, reason `lost` |
+| unknown | g, running | adopted: running |
+| creating (beyond the grace period) | whatever | booted again: the same deterministic name, so it adopts a container made before a crash |
+| stopping (beyond the grace period) | whatever | the stop is finished, as it was meant |
+| stopped or error | g | remove it |
+
+A workspace volume is removed only when its sandbox's row says destroyed: a volume without
+any row is reported, never deleted, since it may be someone's data.
+"""
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from uuid import UUID
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from boxyard.actors import SYSTEM
+from boxyard.errors import BoxyardError
+from sandboxes import metrics
+from sandboxes.models import Lease, Sandbox, State, StopReason
+from sandboxes.runtime import (
+    LABEL_GENERATION,
+    LABEL_ROLE,
+    LABEL_SANDBOX,
+    ContainerInfo,
+    get_runtime,
+    labels_for,
+)
+from sandboxes.runtime.agent import forget
+from sandboxes.services import containers, events, processes
+from sandboxes.services.closing import finish_stop
+
+log = logging.getLogger(__name__)
+
+_VOLUME_PREFIX = "by-ws-"
+
+
+@dataclass
+class Reconciled:
+    """What one pass did, by kind (sandbox ids, or container and volume names)."""
+
+    adopted: list[str] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)
+    booted: list[str] = field(default_factory=list)
+    stops_finished: list[str] = field(default_factory=list)
+    containers_removed: list[str] = field(default_factory=list)
+    volumes_removed: list[str] = field(default_factory=list)
+    volumes_without_row: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+
+    def changed(self) -> bool:
+        return any(
+            (self.adopted, self.lost, self.booted, self.stops_finished, self.containers_removed,
+             self.volumes_removed)
+        )
+
+
+def reconcile(grace_seconds: float | None = None) -> Reconciled:
+    """One pass over every container and live row of this deployment."""
+    grace = timedelta(
+        seconds=settings.BOXYARD_RECONCILE_GRACE_SECONDS if grace_seconds is None else grace_seconds
+    )
+    runtime = get_runtime()
+    done = Reconciled()
+    now = timezone.now()
+    # Containers first, rows second: a container made between the two reads has a row that
+    # is already there, where the other order could see a row's container as missing.
+    found = runtime.list_containers(labels_for())
+    by_sandbox: dict[str, list[ContainerInfo]] = {}
+    leftovers: list[ContainerInfo] = []
+    for info in found:
+        sandbox_id = info.labels.get(LABEL_SANDBOX, "")
+        if not sandbox_id or LABEL_ROLE in info.labels:
+            leftovers.append(info)  # a helper (workspace preparation, agent installation)
+        else:
+            by_sandbox.setdefault(sandbox_id, []).append(info)
+
+    rows = {
+        str(row.pk): row
+        for row in Sandbox.objects.select_related("pipeline").filter(
+            pk__in=[_uuid(key) for key in by_sandbox if _uuid(key)]
+        )
+    }
+    for row in Sandbox.objects.select_related("pipeline").exclude(
+        state__in=[State.DESTROYED, State.STOPPED]
+    ):
+        rows.setdefault(str(row.pk), row)
+
+    for sandbox_id, row in rows.items():
+        try:
+            _reconcile_sandbox(row, by_sandbox.pop(sandbox_id, []), grace, now, done)
+        except BoxyardError as error:
+            log.warning("reconciling sandbox %s failed: %s", sandbox_id, error)
+            done.failed.append(sandbox_id)
+    for unclaimed in by_sandbox.values():  # containers of no row at all
+        leftovers.extend(unclaimed)
+    for info in leftovers:
+        if _older_than(info.created_at, grace, now):
+            try:
+                _remove_container(info, done)
+            except BoxyardError as error:
+                log.warning("removing container %s failed: %s", info.name, error)
+                done.failed.append(info.name)
+    _reconcile_volumes(done)
+    return done
+
+
+def _reconcile_sandbox(
+    row: Sandbox, found: list[ContainerInfo], grace: timedelta, now: datetime, done: Reconciled
+) -> None:
+    current = [info for info in found if info.labels.get(LABEL_GENERATION) == str(row.generation)]
+    for info in found:
+        if info not in current and _older_than(info.created_at, grace, now):
+            _remove_container(info, done)  # a stale generation
+
+    settled = _older_than(row.updated_at, grace, now)
+    if row.state == State.DESTROYED:
+        for info in current:
+            _remove_container(info, done)
+    elif row.state == State.CREATING:
+        if settled:
+            _boot_again(row, done)
+    elif row.state == State.STOPPING:
+        if settled:
+            finish_stop(row, SYSTEM)
+            done.stops_finished.append(str(row.pk))
+    elif row.state in (State.STOPPED, State.ERROR):
+        for info in current:
+            if _older_than(info.created_at, grace, now):
+                _remove_container(info, done)
+    else:  # running or unknown
+        running = [info for info in current if info.running]
+        if running:
+            if row.state == State.UNKNOWN or row.container_id != running[0].id:
+                _adopt(row, running[0], done)
+            for extra in running[1:] + [info for info in current if not info.running]:
+                _remove_container(extra, done)
+        elif settled:  # else an open may be making its container right now
+            for info in current:
+                _remove_container(info, done)
+            _mark_lost(row, done)
+
+
+def _boot_again(row: Sandbox, done: Reconciled) -> None:
+    """A create interrupted by a crash: provisioning is idempotent (the container's name is
+    deterministic, so one made before the crash is adopted)."""
+    row = containers.provision(row, SYSTEM)
+    if row.state == State.RUNNING:
+        processes.start_after_boot(row)
+    done.booted.append(str(row.pk))
+
+
+def _adopt(row: Sandbox, info: ContainerInfo, done: Reconciled) -> None:
+    with transaction.atomic():
+        updated = Sandbox.objects.filter(
+            pk=row.pk, generation=row.generation, state__in=[State.RUNNING, State.UNKNOWN]
+        ).update(state=State.RUNNING, container_id=info.id, container_name=info.name, status_detail="")
+        if updated:
+            events.record(SYSTEM, "sandbox.adopted", sandbox=row, container=info.name)
+            done.adopted.append(str(row.pk))
+
+
+def _mark_lost(row: Sandbox, done: Reconciled) -> None:
+    """Its container is gone: stopped, reason lost, workspace kept, lease released; the next
+    open starts it again."""
+    if row.container_id:
+        forget(row.container_id)
+    with transaction.atomic():
+        updated = Sandbox.objects.filter(
+            pk=row.pk, generation=row.generation, state__in=[State.RUNNING, State.UNKNOWN]
+        ).update(
+            state=State.STOPPED, stop_reason=StopReason.LOST, stopped_at=Now(), container_id="",
+            pooled=False,
+        )
+        if updated:
+            Lease.objects.filter(sandbox=row).update(holder="", expires_at=None, taken_over_from="")
+            events.record(SYSTEM, "sandbox.stopped", sandbox=row, reason=StopReason.LOST)
+            done.lost.append(str(row.pk))
+    if updated:
+        metrics.count("boxyard_sandboxes_cleaned_total", row.pipeline.slug, StopReason.LOST)
+
+
+def _reconcile_volumes(done: Reconciled) -> None:
+    runtime = get_runtime()
+    names = [
+        name for name in runtime.list_volumes(labels_for()) if name.startswith(_VOLUME_PREFIX)
+    ]
+    ids = {name: _uuid(name.removeprefix(_VOLUME_PREFIX)) for name in names}
+    states = dict(
+        Sandbox.objects.filter(pk__in=[i for i in ids.values() if i]).values_list("pk", "state")
+    )
+    for name, sandbox_id in ids.items():
+        state = states.get(sandbox_id) if sandbox_id else None
+        if state == State.DESTROYED:
+            try:
+                runtime.remove_volume(name)
+            except BoxyardError as error:  # still in use by a container removed next pass
+                log.warning("removing volume %s failed: %s", name, error)
+                done.failed.append(name)
+                continue
+            done.volumes_removed.append(name)
+        elif state is None:
+            done.volumes_without_row.append(name)
+
+
+def _remove_container(info: ContainerInfo, done: Reconciled) -> None:
+    forget(info.id)
+    get_runtime().remove_container(info.id)
+    done.containers_removed.append(info.name)
+
+
+def _older_than(moment: datetime | None, grace: timedelta, now: datetime) -> bool:
+    return moment is None or now - moment >= grace
+
+
+def _uuid(text: str) -> UUID | None:
+    try:
+        return UUID(text)
+    except ValueError:
+        return None

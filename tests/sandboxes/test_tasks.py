@@ -1,0 +1,111 @@
+"""The Celery tasks, run in the test's process: each re-reads its row and does nothing if
+the row has moved on, so a task delivered twice or late is harmless."""
+
+import os
+from typing import Any
+
+import pytest
+
+from boxyard.errors import RuntimeUnavailable
+from sandboxes import services, tasks
+from sandboxes.models import PeriodicJob, Sandbox, State
+from sandboxes.runtime import set_runtime
+from sandboxes.runtime.docker import DockerRuntime
+from tests.conftest import CHAT, DEPLOYMENT
+
+pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
+
+
+def test_boot_is_safe_to_run_twice_and_ignores_another_generation(pipeline, bot, docker_engine) -> None:
+    opened = services.open_sandbox(pipeline, CHAT, bot, background=True)
+    sandbox = opened.sandbox
+    assert tasks.boot.apply(args=[str(sandbox.pk), sandbox.generation + 1]).get() is None
+    assert tasks.boot.apply(args=[str(sandbox.pk), sandbox.generation]).get() == State.RUNNING
+    assert tasks.boot.apply(args=[str(sandbox.pk), sandbox.generation]).get() == State.RUNNING
+    assert len(docker_engine.list_containers({"io.boxyard.deployment": DEPLOYMENT})) == 1
+
+
+def test_boot_retries_only_while_the_engine_is_unreachable(
+    pipeline, bot, docker_engine, tmp_path, monkeypatch
+) -> None:
+    """Run eagerly, the retries happen at once: an unreachable engine is tried again up to
+    the limit (the row stays creating for the reconciler); another failure is not."""
+    sandbox = services.open_sandbox(pipeline, CHAT, bot, background=True).sandbox
+    calls: list[int] = []
+    real_boot = tasks.boot_sandbox
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return real_boot(*args, **kwargs)
+
+    monkeypatch.setattr(tasks, "boot_sandbox", counted)
+    set_runtime(DockerRuntime(base_url=f"unix://{tmp_path}/no-docker.sock"))
+    try:
+        result = tasks.boot.apply(args=[str(sandbox.pk), sandbox.generation])
+    finally:
+        set_runtime(None)
+    assert result.state == "FAILURE" and isinstance(result.result, RuntimeUnavailable)
+    assert len(calls) == tasks.boot.max_retries + 1
+    assert Sandbox.objects.get(pk=sandbox.pk).state == State.CREATING
+
+    calls.clear()
+    Sandbox.objects.filter(pk=sandbox.pk).update(image="not/allowed:1")
+    failed = tasks.boot.apply(args=[str(sandbox.pk), sandbox.generation])
+    assert failed.state == "FAILURE" and len(calls) == 1
+    assert Sandbox.objects.get(pk=sandbox.pk).state == State.ERROR
+
+
+def test_destroy_of_a_destroyed_sandbox_does_nothing(pipeline, bot, docker_engine) -> None:
+    sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
+    assert tasks.destroy.apply(args=[str(sandbox.pk)]).get() == State.DESTROYED
+    assert tasks.destroy.apply(args=[str(sandbox.pk)]).get() is None
+    assert tasks.destroy.apply(args=["5c0ffee0-0000-4000-8000-000000000000"]).get() is None
+
+
+def test_periodic_jobs_record_their_last_run(pipeline, bot, docker_engine) -> None:
+    assert tasks.reap.apply().get() == {"idle": [], "ttl": [], "failed": []}
+    assert tasks.reconcile.apply().get()["failed"] == []
+    assert tasks.refill_pools.apply().get() == {}
+    for name in ("reap", "reconcile", "refill_pools"):
+        job = PeriodicJob.objects.get(name=name)
+        assert job.last_finished_at is not None and job.holder == ""
+
+
+def test_build_image_keeps_an_image_that_is_current(docker_engine) -> None:
+    from django.conf import settings
+
+    assert tasks.build_image.apply(args=[settings.BOXYARD_TEST_IMAGE]).get() == "present"
+
+
+@pytest.mark.skipif(
+    not os.environ.get("BOXYARD_CHAOS_ENGINE_RESTART"),
+    reason="restarting the Docker Engine stops every container on the machine, and here the "
+    "engine is a service started for the whole machine that a test must not replace; set "
+    "BOXYARD_CHAOS_ENGINE_RESTART to the command that restarts it (e.g. 'systemctl restart docker')",
+)
+def test_an_engine_restart_loses_no_workspace(make_pipeline, bot, docker_engine) -> None:
+    import subprocess
+    import time
+
+    from pipelines.models import Retention
+    from sandboxes.services.reconciling import reconcile
+    from tests.sandboxes.test_reconcile import assert_converged
+
+    pipeline = make_pipeline(retention=Retention.PERSISTENT)
+    sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
+    request = services.clean_request(sandbox, cmd="echo precious > data.txt")
+    services.run_exec(sandbox, request, bot)
+    subprocess.run(os.environ["BOXYARD_CHAOS_ENGINE_RESTART"], shell=True, check=True, timeout=120)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            docker_engine.ping()
+            break
+        except RuntimeUnavailable:
+            assert time.monotonic() < deadline, "the engine did not come back within 60 s"
+            time.sleep(1)
+    reconcile(grace_seconds=0)
+    assert_converged(docker_engine)
+    reopened = services.open_sandbox(pipeline, CHAT, bot).sandbox
+    again = services.run_exec(reopened, services.clean_request(reopened, cmd="cat data.txt"), bot)
+    assert again.stdout == "precious\n"
