@@ -15,5 +15,7 @@ REFILL_POOLS = "sandboxes.refill_pools"
 
 
 def later(task: str, *args: Any) -> None:
-    """Queue `task(*args)` when the current transaction commits (at once outside one)."""
-    transaction.on_commit(lambda: current_app.send_task(task, args=list(args)))
+    """Queue `task(*args)` when the current transaction commits (at once outside one). A
+    broker that cannot take it is logged, not raised: what was committed stands, and the
+    periodic jobs (the reconciler, the pool refill) do what the task would have done."""
+    transaction.on_commit(lambda: current_app.send_task(task, args=list(args)), robust=True)

@@ -13,7 +13,7 @@ from django.db import IntegrityError, transaction
 
 from boxyard import chaos
 from boxyard.actors import SYSTEM, Actor
-from boxyard.errors import BoxyardError, InvalidState, PoolExhausted
+from boxyard.errors import BoxyardError, InvalidState, PoolExhausted, RuntimeFailure
 from pipelines import scope
 from pipelines.models import Pipeline, PoolExhausted as PoolPolicy
 from sandboxes import metrics
@@ -111,8 +111,10 @@ def _find_or_make(
         if pipeline.pool_size:
             claimed = pool.claim(pipeline, scope_key, variables, actor)
             if claimed is not None:
+                pool.refill_later()
                 return claimed, "pool"
             if first_try:
+                pool.refill_later()
                 events.record(actor, "pool.missed", pipeline=pipeline, scope_key=scope_key)
                 metrics.count("boxyard_pool_misses_total", pipeline.slug)
             if pipeline.pool_exhausted == PoolPolicy.FAIL:
@@ -183,12 +185,14 @@ def _healthy(sandbox: Sandbox, actor: Actor) -> Sandbox:
 
 def _answers(sandbox: Sandbox) -> bool:
     """A cheap check: the agent answers on this process's open channel, or else the engine
-    says the container runs."""
-    try:
-        if sandbox.agent and is_open(sandbox.container_id):
+    says the container runs (an agent killed by the sandbox's own code comes back with the
+    next channel; that is no reason for a new container). An unreachable engine is not an
+    answer either way: its RuntimeUnavailable goes to the caller."""
+    if sandbox.agent and is_open(sandbox.container_id):
+        try:
             channel(sandbox.container_id).call("ping", deadline=2)
             return True
-        info = get_runtime().inspect_container(sandbox.container_id)
-    except BoxyardError:
-        return False
+        except RuntimeFailure:
+            pass
+    info = get_runtime().inspect_container(sandbox.container_id)
     return info is not None and info.running

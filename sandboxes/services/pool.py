@@ -31,12 +31,11 @@ POOL_KEY_PREFIX = "pool:"
 
 def claim(pipeline: Pipeline, scope_key: str, variables: dict[str, str], actor: Actor) -> Sandbox | None:
     """Give the oldest ready pooled sandbox of the pipeline's profile to `scope_key`; None if
-    there is none. Call inside the open's transaction; a refill is queued either way.
+    there is none. Call inside the open's transaction.
 
     Raises IntegrityError (from a savepoint of its own) when a concurrent open gave the key
     a sandbox first.
     """
-    later(REFILL_POOLS)
     candidate = (
         Sandbox.objects.select_for_update(skip_locked=True, no_key=True, of=("self",))
         .filter(pipeline=pipeline, pooled=True, state=State.RUNNING, profile=containers.profile_digest(pipeline))
@@ -54,6 +53,11 @@ def claim(pipeline: Pipeline, scope_key: str, variables: dict[str, str], actor: 
     candidate.record_activity(force=True)  # its idle clock starts now, not when it was pooled
     events.record(actor, "sandbox.claimed", sandbox=candidate, scope_key=scope_key)
     return candidate
+
+
+def refill_later() -> None:
+    """Have a worker top the pools up once the current transaction commits."""
+    later(REFILL_POOLS)
 
 
 def refill_pools() -> dict[str, int]:
