@@ -12,14 +12,29 @@ django_asgi_app = PooledASGIHandler()
 from channels.auth import AuthMiddlewareStack  # noqa: E402  (needs the apps loaded)
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.conf import settings  # noqa: E402
 
-websocket_urlpatterns: list = []
+from sandboxes.routing import websocket_urlpatterns  # noqa: E402
+
+
+class SameOriginWebsockets:
+    """Websockets only from a page of one of ALLOWED_HOSTS (Channels' origin check, with the
+    setting read as each socket connects rather than once at start-up)."""
+
+    def __init__(self, application: object) -> None:
+        self.application = application
+        self.allowed: tuple[list[str], object] | None = None
+
+    async def __call__(self, scope: dict, receive: object, send: object) -> object:
+        hosts = list(settings.ALLOWED_HOSTS)
+        if self.allowed is None or self.allowed[0] != hosts:
+            self.allowed = (hosts, AllowedHostsOriginValidator(self.application))
+        return await self.allowed[1](scope, receive, send)  # type: ignore[operator]
+
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
-        ),
+        "websocket": SameOriginWebsockets(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

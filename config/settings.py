@@ -134,14 +134,19 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = DATA_DIR / "static"  # filled by collectstatic (bin/run does it)
 STATIC_ROOT.mkdir(exist_ok=True)
-STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_DIRS: list = [BASE_DIR / "static"]
+# The terminal emulator of the dashboard: Debian's libjs-term.js (bin/setup installs it).
+if Path("/usr/share/javascript/term.js").is_dir():
+    STATICFILES_DIRS.append(("vendor/termjs", "/usr/share/javascript/term.js"))
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
 }
 WHITENOISE_USE_FINDERS = DEBUG
 
-LOGIN_URL = "admin:login"
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "fleet"
+LOGOUT_REDIRECT_URL = "login"
 # Largest request body the API reads (file writes come as JSON); bigger ones get 413.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("BOXYARD_MAX_REQUEST_BYTES", 32 * 1024 * 1024, minimum=1024)
 

@@ -1,7 +1,9 @@
 from django.contrib import admin
+from django.contrib.auth import views as auth_views
 from django.http import HttpRequest, JsonResponse
-from django.urls import path
+from django.urls import include, path
 
+from boxyard.web import StaffLoginForm
 from config.api import api
 from sandboxes.views import prometheus_metrics
 
@@ -18,4 +20,9 @@ urlpatterns = [
     path("api/v1/", api.urls),
     path("healthz", healthz),
     path("metrics", prometheus_metrics),
+    path("login/", auth_views.LoginView.as_view(authentication_form=StaffLoginForm), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("i18n/", include("django.conf.urls.i18n")),
+    path("pipelines/", include("pipelines.urls")),
+    path("", include("sandboxes.urls")),
 ]

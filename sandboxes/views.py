@@ -1,12 +1,123 @@
-"""Pages and endpoints outside the bot API: the Prometheus metrics."""
+"""The dashboard's sandbox pages (fleet, one sandbox, sessions) and the Prometheus metrics.
 
+Function views: a full page, or for an htmx request the partial it swaps in. Every change
+calls one service with the admin as its actor; what changed reaches every open dashboard
+through the consumers, never through the view's own answer alone.
+"""
+
+import posixpath
 import secrets
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+from uuid import UUID
 
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse
-from django.views.decorators.http import require_GET
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import redirect, render
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_GET, require_POST
 
-from sandboxes import metrics
+from boxyard.errors import BoxyardError
+from boxyard.threads import in_pool
+from boxyard.web import admin_actor, staff_required
+from pipelines.models import Pipeline
+from sandboxes import dashboard, metrics, services
+from sandboxes.models import Sandbox, State, StopReason
+from sandboxes.services.background import DESTROY, later
+
+
+@staff_required
+@require_GET
+def fleet(request: HttpRequest) -> HttpResponse:
+    chosen = dashboard.FleetFilter.from_query(request.GET)
+    context = {
+        "nav": "fleet",
+        "filter": chosen,
+        "rows": dashboard.fleet_rows(chosen),
+        "counts": dashboard.state_counts(),
+        "totals": metrics.snapshot()["overall"],
+        "pipelines": Pipeline.objects.order_by("slug").values_list("slug", flat=True),
+        "states": [state for state in State if state != State.DESTROYED],
+    }
+    if request.htmx:  # type: ignore[attr-defined]
+        return render(request, "sandboxes/_fleet_rows.html", context)
+    return render(request, "sandboxes/fleet.html", context)
+
+
+@staff_required
+@require_POST
+def destroy_many(request: HttpRequest) -> HttpResponse:
+    """Bulk destroy: each sandbox is destroyed by a worker; the rows change as they go."""
+    chosen = [_uuid(value) for value in request.POST.getlist("sandbox")]
+    found = Sandbox.objects.filter(pk__in=[pk for pk in chosen if pk]).exclude(state=State.DESTROYED)
+    for sandbox_id in found.values_list("pk", flat=True):
+        later(DESTROY, str(sandbox_id), True, StopReason.ADMIN)
+    count = found.count()
+    messages.info(request, _("%(count)d sandboxes are being destroyed.") % {"count": count})
+    return redirect(request.POST.get("next") or "fleet")
+
+
+@staff_required
+@require_GET
+def sandbox_detail(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
+    sandbox = _sandbox(sandbox_id)
+    context = {"nav": "fleet", **dashboard.sandbox_page(sandbox)}
+    return render(request, "sandboxes/sandbox.html", context)
+
+
+_ACTIONS = ("takeover", "release", "renew", "restart", "destroy", "stop")
+
+
+@staff_required
+@require_POST
+def sandbox_action(request: HttpRequest, sandbox_id: UUID, action: str) -> HttpResponse:
+    """Take over, release, renew, restart, stop or destroy, as this admin."""
+    if action not in _ACTIONS:
+        raise Http404(f"no action {action}")
+    sandbox = _sandbox(sandbox_id)
+    actor = admin_actor(request)
+    try:
+        if action == "takeover":
+            services.takeover_lease(sandbox, actor, reason=request.POST.get("reason", "")[:200])
+        elif action == "release":
+            services.release_lease(sandbox, actor, force=True)
+        elif action == "renew":
+            services.renew_lease(sandbox, actor, holder=str(actor))
+        elif action == "restart":
+            services.restart_sandbox(sandbox, actor)
+        else:
+            services.close_sandbox(
+                sandbox, actor, delete_workspace=action == "destroy", reason=StopReason.ADMIN, force=True
+            )
+    except BoxyardError as error:
+        messages.error(request, error.message)
+    return redirect("sandbox", sandbox_id=sandbox.pk)
+
+
+@staff_required
+@require_GET
+def sessions(request: HttpRequest) -> HttpResponse:
+    text = (request.GET.get("q") or "").strip()[:200]
+    found = list(dashboard.find_sessions(text)[:100])
+    return render(request, "sandboxes/sessions.html", {"nav": "sessions", "q": text, "found": found})
+
+
+def _sandbox(sandbox_id: object) -> Sandbox:
+    sandbox = Sandbox.objects.select_related("pipeline", "lease").filter(pk=sandbox_id).first()
+    if sandbox is None:
+        raise Http404("no such sandbox")
+    return sandbox
+
+
+def _uuid(value: str) -> UUID | None:
+    try:
+        return UUID(value)
+    except ValueError:
+        return None
+
+
+# --- Prometheus ----------------------------------------------------------------------------------
 
 
 @require_GET
@@ -26,7 +137,94 @@ def _may_scrape(request: HttpRequest) -> bool:
     if user is not None and user.is_active and user.is_staff:
         return True
     expected = settings.BOXYARD_METRICS_TOKEN
-    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    scheme, _space, given = request.headers.get("Authorization", "").partition(" ")
     return bool(expected) and scheme.lower() == "bearer" and secrets.compare_digest(
         given.strip().encode(), expected.encode()
     )
+
+
+# --- files --------------------------------------------------------------------------------------
+
+
+@staff_required
+@require_GET
+def files(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
+    """A directory of the workspace (the partial the file browser swaps in), or a text file."""
+    sandbox = _sandbox(sandbox_id)
+    path = services.files.workspace_path(request.GET.get("path") or "/workspace")
+    context: dict[str, Any] = {"sandbox": sandbox, "path": path, "parent": posixpath.dirname(path)}
+    try:
+        if request.GET.get("view"):
+            content = services.read_file(sandbox, path, 256 * 1024)
+            context["text"] = content.data.decode("utf-8", errors="replace")
+            context["truncated"] = content.truncated
+            context["parent"] = posixpath.dirname(path)
+        else:
+            entries, truncated = services.list_files(sandbox, path)
+            context["entries"] = entries
+            context["truncated"] = truncated
+    except BoxyardError as error:
+        context["error"] = error.message
+    return render(request, "sandboxes/_files.html", context)
+
+
+@staff_required
+@require_GET
+def download(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
+    sandbox = _sandbox(sandbox_id)
+    path = services.files.workspace_path(request.GET.get("path") or "")
+    try:
+        size, chunks = services.open_file_stream(sandbox, path)
+    except BoxyardError as error:
+        return HttpResponse(error.message, status=error.status, content_type="text/plain")
+    response = StreamingHttpResponse(_pulled(chunks), content_type="application/octet-stream")
+    response["Content-Length"] = str(size)
+    response["Content-Disposition"] = f'attachment; filename="{_ascii_name(path)}"'
+    return response
+
+
+@staff_required
+@require_POST
+def upload(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
+    """Write an uploaded file into the directory shown, as the admin (who must hold the lease:
+    the bot's lease refuses it, as it refuses any other writer)."""
+    sandbox = _sandbox(sandbox_id)
+    directory = services.files.workspace_path(request.POST.get("path") or "/workspace")
+    upload_file = request.FILES.get("file")
+    if upload_file is None:
+        messages.error(request, _("Choose a file to upload."))
+        return redirect("sandbox", sandbox_id=sandbox.pk)
+    actor = admin_actor(request)
+    try:
+        services.write_file(
+            sandbox, posixpath.join(directory, posixpath.basename(upload_file.name)),
+            b"".join(upload_file.chunks()), actor, holder=str(actor),
+        )
+        messages.success(request, _("%(name)s uploaded.") % {"name": upload_file.name})
+    except BoxyardError as error:
+        messages.error(request, error.message)
+    return redirect("sandbox", sandbox_id=sandbox.pk)
+
+
+@staff_required
+@require_POST
+def delete(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
+    sandbox = _sandbox(sandbox_id)
+    actor = admin_actor(request)
+    try:
+        services.delete_file(sandbox, request.POST.get("path") or "", actor, recursive=True, holder=str(actor))
+    except BoxyardError as error:
+        messages.error(request, error.message)
+    return redirect("sandbox", sandbox_id=sandbox.pk)
+
+
+async def _pulled(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
+    """A download read from the sandbox chunk by chunk in the request threads, sent from the
+    event loop: neither side holds the whole file."""
+    while (chunk := await in_pool(next, chunks, None)) is not None:
+        yield chunk
+
+
+def _ascii_name(path: str) -> str:
+    name = posixpath.basename(path) or "download"
+    return "".join(ch if ch.isascii() and ch.isprintable() and ch not in '"\\' else "_" for ch in name)

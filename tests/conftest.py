@@ -27,6 +27,16 @@ def _deployment_label() -> None:
     settings.BOXYARD_DEPLOYMENT = DEPLOYMENT
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _static_files_without_collectstatic() -> None:
+    """Pages rendered in the test's process find static files where they are (a served
+    Boxyard hashes them with collectstatic first)."""
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    }
+
+
 @pytest.fixture(autouse=True)
 def _metrics_in_the_test() -> Iterator[None]:
     """Counts are written when read, inside the test's own transaction, and start at zero."""

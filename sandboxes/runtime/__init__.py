@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from django.conf import settings
 
@@ -175,6 +175,17 @@ class Runtime(Protocol):
         """Start argv with stdin open and keep both directions for as long as we like."""
         ...
 
+    def open_terminal(
+        self, container: str, argv: list[str], *, env: dict[str, str] | None = None,
+        cols: int = 80, rows: int = 24,
+    ) -> "Terminal":
+        """Start argv on a pseudo-terminal in the container: one raw byte stream each way."""
+        ...
+
+    def usage(self, container: str) -> "Usage | None":
+        """The container's CPU and memory counters now; None if it is not running."""
+        ...
+
     # the agent
     def ensure_agent(self, image: str, binary: bytes, digest: str) -> str:
         """The name of a volume holding the agent binary (made once per engine and digest);
@@ -205,6 +216,32 @@ class Duplex(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class Terminal(Protocol):
+    """A program on a pseudo-terminal: its socket carries raw bytes both ways (the terminal's
+    input, and its screen), and the terminal can be resized."""
+
+    @property
+    def socket(self) -> Any: ...
+
+    def resize(self, cols: int, rows: int) -> None: ...
+
+    def close(self) -> None: ...
+
+    def exit_code(self) -> int | None: ...
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Cumulative CPU time (ns) of the container and of the host, memory in bytes, and the
+    CPUs the container may use; two readings give a CPU share."""
+
+    cpu_ns: int
+    system_ns: int
+    online_cpus: int
+    memory_bytes: int
+    memory_limit_bytes: int
 
 
 @cache

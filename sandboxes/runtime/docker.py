@@ -41,6 +41,7 @@ from sandboxes.runtime import (
     ExecDeadlineExceeded,
     ExecResult,
     ImageMissing,
+    Usage,
     labels_for,
 )
 
@@ -419,6 +420,44 @@ class DockerRuntime:
         _exec_id, sock = self._start_exec(container, argv, None, None, True, True)
         return DockerDuplex(sock)
 
+    @_translate
+    def open_terminal(
+        self, container: str, argv: list[str], *, env: dict[str, str] | None = None,
+        cols: int = 80, rows: int = 24,
+    ) -> "DockerTerminal":
+        try:
+            created = self.api.exec_create(
+                container, argv, stdout=True, stderr=True, stdin=True, tty=True,
+                environment=env or None,
+            )
+        except docker.errors.APIError as error:
+            if error.status_code == 409:
+                raise ContainerGone(f"the container is not running: {error.explanation}") from error
+            raise
+        raw = self.api.exec_start(created["Id"], socket=True, tty=True)
+        sock: socket.socket = getattr(raw, "_sock", raw)
+        terminal = DockerTerminal(self, created["Id"], sock)
+        terminal.resize(cols, rows)
+        return terminal
+
+    @_translate
+    def usage(self, container: str) -> Usage | None:
+        try:
+            stats = self.api.stats(container, stream=False, one_shot=True)
+        except docker.errors.NotFound:
+            return None
+        cpu = stats.get("cpu_stats") or {}
+        memory = stats.get("memory_stats") or {}
+        if not cpu.get("cpu_usage"):
+            return None  # not running
+        return Usage(
+            cpu_ns=int(cpu["cpu_usage"].get("total_usage", 0)),
+            system_ns=int(cpu.get("system_cpu_usage", 0)),
+            online_cpus=int(cpu.get("online_cpus") or len(cpu["cpu_usage"].get("percpu_usage") or [1])),
+            memory_bytes=int(memory.get("usage", 0)) - int((memory.get("stats") or {}).get("cache", 0)),
+            memory_limit_bytes=int(memory.get("limit", 0)),
+        )
+
     # --- the agent ----------------------------------------------------------------------------
 
     @_translate
@@ -548,6 +587,33 @@ class DockerExecStream:
     @property
     def stderr(self) -> bytes:
         return bytes(self._stderr)
+
+    @_translate
+    def exit_code(self) -> int | None:
+        return self._runtime._exit_code(self._exec_id)
+
+
+class DockerTerminal:
+    """An exec on a pseudo-terminal: no stream headers, just the terminal's bytes."""
+
+    def __init__(self, runtime: DockerRuntime, exec_id: str, sock: socket.socket) -> None:
+        self._runtime = runtime
+        self._exec_id = exec_id
+        self.socket = sock
+
+    @_translate
+    def resize(self, cols: int, rows: int) -> None:
+        try:
+            self._runtime.api.exec_resize(self._exec_id, height=rows, width=cols)
+        except docker.errors.APIError:
+            pass  # the program has ended: nothing left to resize
+
+    def close(self) -> None:
+        try:
+            self.socket.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        _close(self.socket)
 
     @_translate
     def exit_code(self) -> int | None:

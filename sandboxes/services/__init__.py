@@ -23,7 +23,7 @@ from sandboxes.services.files import (
     write_file,
 )
 from sandboxes.services.lease_ops import keep_alive, release_lease, renew_lease, takeover_lease
-from sandboxes.services.opening import Opened, boot, open_sandbox
+from sandboxes.services.opening import Opened, boot, open_sandbox, restart_sandbox
 from sandboxes.services.processes import (
     list_processes,
     read_output,
@@ -56,6 +56,7 @@ __all__ = [
     "release_lease",
     "renew_lease",
     "restart_process",
+    "restart_sandbox",
     "run_exec",
     "subscribe",
     "takeover_lease",

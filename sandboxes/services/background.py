@@ -11,6 +11,7 @@ from celery import current_app
 from django.db import transaction
 
 BOOT = "sandboxes.boot"
+DESTROY = "sandboxes.destroy"
 REFILL_POOLS = "sandboxes.refill_pools"
 
 

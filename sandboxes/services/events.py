@@ -2,6 +2,7 @@ from typing import Any
 
 from boxyard.actors import Actor
 from pipelines.models import Pipeline
+from sandboxes import live
 from sandboxes.models import Event, Sandbox
 
 
@@ -14,7 +15,10 @@ def record(
     reason: str = "",
     **detail: Any,
 ) -> Event:
-    """Append an event. Call it inside the transaction that makes the change it records."""
+    """Append an event. Call it inside the transaction that makes the change it records;
+    once that commits, the dashboards hear that the sandbox changed."""
+    if sandbox is not None:
+        live.changed(sandbox.pk, sandbox.pipeline_id)
     return Event.objects.create(
         actor=str(actor),
         action=action,

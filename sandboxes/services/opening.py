@@ -160,6 +160,19 @@ def _restart(sandbox: Sandbox, actor: Actor, reason: str = "") -> None:
 # --- the health check before reuse --------------------------------------------------------------
 
 
+def restart_sandbox(sandbox: Sandbox, actor: Actor) -> Sandbox:
+    """A new container on the same workspace (an admin's restart): the lease, the history and
+    the sessions' saved state stay."""
+    with transaction.atomic():
+        locked = Sandbox.objects.locked().get(pk=sandbox.pk)
+        if locked.state in (State.DESTROYED, State.STOPPING, State.CREATING):
+            raise InvalidState(f"cannot restart a sandbox that is {locked.state}", state=locked.state)
+        old_container = locked.container_id
+        _restart(locked, actor, reason="restarted by an admin")
+    _remove_old(old_container)
+    return provision_and_start(locked, actor)
+
+
 def _healthy(sandbox: Sandbox, actor: Actor) -> Sandbox:
     """The sandbox if its container answers; else it gets a new container on the same
     workspace (the failure counted and recorded), which is returned."""
@@ -175,12 +188,20 @@ def _healthy(sandbox: Sandbox, actor: Actor) -> Sandbox:
         events.record(actor, "sandbox.health_failed", sandbox=locked, container=locked.container_name)
         _restart(locked, actor, reason="health check failed")
     metrics.count("boxyard_health_check_failures_total", locked.pipeline.slug)
-    forget(old_container)
-    try:
-        get_runtime().remove_container(old_container)
-    except BoxyardError:
-        pass  # a stale generation: the reconciler removes it
+    _remove_old(old_container)
     return provision_and_start(locked, actor)
+
+
+def _remove_old(container: str) -> None:
+    """The container of the generation just replaced; if the engine refuses now, it is a
+    stale generation the reconciler removes."""
+    if not container:
+        return
+    forget(container)
+    try:
+        get_runtime().remove_container(container)
+    except BoxyardError:
+        pass
 
 
 def _answers(sandbox: Sandbox) -> bool:

@@ -57,7 +57,7 @@ class Command(BaseCommand):
     def _first_admin(self, host: str, port: int) -> None:
         User = get_user_model()
         password_file = settings.DATA_DIR / "admin-password"
-        url = f"http://{host}:{port}/admin/"
+        url = f"http://{host}:{port}/"
         if User.objects.filter(is_superuser=True).exists():
             hint = f" (its first password is in {password_file})" if password_file.exists() else ""
             self.stdout.write(f"Log in at {url} with your admin account{hint}.")

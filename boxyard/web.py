@@ -1,0 +1,44 @@
+"""What every dashboard view shares: who may see it, and who the admin is to the services."""
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django import forms
+from django.contrib.auth.forms import AuthenticationForm
+from django.contrib.auth.views import redirect_to_login
+from django.utils.translation import gettext_lazy as _
+from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
+
+from boxyard.actors import Actor
+
+
+def is_admin(user: Any) -> bool:
+    return bool(user is not None and user.is_active and user.is_staff)
+
+
+def staff_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """The dashboard is for staff only: others are sent to log in (or refused, if logged in)."""
+
+    @wraps(view)
+    def checked(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if is_admin(request.user):
+            return view(request, *args, **kwargs)
+        if request.user.is_authenticated:
+            return HttpResponseForbidden("this dashboard is for staff only")
+        return redirect_to_login(request.get_full_path())
+
+    return checked
+
+
+def admin_actor(request: HttpRequest) -> Actor:
+    return Actor("admin", request.user.get_username())  # type: ignore[union-attr]
+
+
+class StaffLoginForm(AuthenticationForm):
+    """Only administrators log in to the dashboard."""
+
+    def confirm_login_allowed(self, user: Any) -> None:
+        super().confirm_login_allowed(user)
+        if not is_admin(user):
+            raise forms.ValidationError(_("This account is not an administrator's."), code="not_staff")

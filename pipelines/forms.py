@@ -1,0 +1,107 @@
+"""The pipeline form of the dashboard: the sandbox scope as a preset or a custom template,
+and the whole sandbox profile, validated by the model's own rules (operator maximums, the
+image allowlist, managed processes)."""
+
+import json
+from typing import Any
+
+from django import forms
+from django.utils.translation import get_language
+from django.utils.translation import gettext_lazy as _
+
+from pipelines.models import Pipeline, SessionTemplate, Skill
+
+CUSTOM = "custom"
+
+
+class JSONText(forms.CharField):
+    """A JSON value typed as text (environment variables, managed processes)."""
+
+    def __init__(self, *, empty: Any, **kwargs: Any) -> None:
+        self.empty = empty
+        super().__init__(required=False, widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}), **kwargs)
+
+    def prepare_value(self, value: Any) -> str:
+        if isinstance(value, str):
+            return value
+        return json.dumps(value if value is not None else self.empty, indent=1, ensure_ascii=False)
+
+    def to_python(self, value: Any) -> Any:
+        text = (value or "").strip()
+        if not text:
+            return self.empty
+        try:
+            return json.loads(text)
+        except ValueError as error:
+            raise forms.ValidationError(_("This is not valid JSON: %(error)s"), params={"error": error}) from None
+
+
+class PipelineForm(forms.ModelForm):
+    scope_preset = forms.ChoiceField(label=_("Sandbox scope"), required=True)
+    env = JSONText(empty={}, label=_("Environment"), help_text=_('For every command, e.g. {"LANG": "C.UTF-8"}.'))
+    processes = JSONText(
+        empty=[], label=_("Managed processes"),
+        help_text=_('e.g. [{"name": "mcp", "cmd": ["python3", "server.py"]}]'),
+    )
+
+    class Meta:
+        model = Pipeline
+        fields = [
+            "slug", "name", "description", "scope_template", "image", "cpus", "memory_mb",
+            "pids_limit", "workspace_mb", "tmp_mb", "network_enabled", "idle_timeout_seconds",
+            "ttl_seconds", "lease_timeout_seconds", "exec_timeout_seconds", "output_limit_bytes",
+            "retention", "max_live_sandboxes", "pool_size", "pool_exhausted", "pool_wait_seconds",
+            "env", "processes", "system_prompt",
+        ]
+        labels = {
+            "slug": _("Slug"), "name": _("Name"), "description": _("Description"),
+            "scope_template": _("Custom scope template"), "image": _("Image"), "cpus": _("CPUs"),
+            "memory_mb": _("Memory (MiB)"), "pids_limit": _("Processes at most"),
+            "workspace_mb": _("Workspace (MiB)"), "tmp_mb": _("/tmp (MiB)"),
+            "network_enabled": _("Network"), "idle_timeout_seconds": _("Idle timeout (s)"),
+            "ttl_seconds": _("Time to live (s)"), "lease_timeout_seconds": _("Lease timeout (s)"),
+            "exec_timeout_seconds": _("Command timeout (s)"),
+            "output_limit_bytes": _("Output per command (bytes)"), "retention": _("Retention"),
+            "max_live_sandboxes": _("Live sandboxes at most"), "pool_size": _("Warm pool size"),
+            "pool_exhausted": _("When the pool is empty"), "pool_wait_seconds": _("Wait for the pool (s)"),
+            "system_prompt": _("System prompt"),
+        }
+        widgets = {
+            "description": forms.Textarea(attrs={"rows": 2}),
+            "system_prompt": forms.Textarea(attrs={"rows": 8}),
+        }
+        help_texts = {
+            "scope_template": _("Variables in braces; a chain such as {task_id|conversation_id|uuid} takes the first one present."),
+        }
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        language = get_language()
+        presets = list(SessionTemplate.objects.all())
+        self.presets = {preset.template: preset for preset in presets}
+        self.fields["scope_preset"].choices = [
+            (preset.template, f"{preset.label(language)} — {preset.template}") for preset in presets
+        ] + [(CUSTOM, _("Custom template"))]
+        self.fields["scope_template"].required = False
+        current = self.instance.scope_template if self.instance.pk else next(
+            (p.template for p in presets if p.is_default), CUSTOM
+        )
+        self.fields["scope_preset"].initial = current if current in self.presets else CUSTOM
+        if self.instance.pk:
+            self.fields["slug"].disabled = True
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        preset = data.get("scope_preset")
+        if preset and preset != CUSTOM:
+            data["scope_template"] = preset
+            self.instance.scope_template = preset
+        elif not data.get("scope_template"):
+            self.add_error("scope_template", _("Write a template, or choose a preset."))
+        return data
+
+
+class SkillForm(forms.ModelForm):
+    class Meta:
+        model = Skill
+        fields = ["name", "host_path", "mode", "description"]

@@ -1,0 +1,135 @@
+"""The dashboard's pipeline pages: the list, the form with its live scope preview, skills and
+API tokens (a new token is shown once)."""
+
+from typing import Any
+
+from django.contrib import messages
+from django.db import IntegrityError
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils.translation import gettext as _
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from boxyard.errors import InvalidInput
+from boxyard.web import staff_required
+from pipelines import scope
+from pipelines.forms import CUSTOM, PipelineForm, SkillForm
+from pipelines.models import Pipeline, PipelineToken, Skill
+
+# What the scope preview resolves the template with: two people in one group chat, and one
+# of them in a private chat, each with their own message.
+SAMPLE_CHATS = [
+    ("Alice in group 42", {"launcher_type": "group", "launcher_id": "42", "sender_id": "alice",
+                           "conversation_id": "c-1001", "query_id": "m-1", "user_id": "alice"}),
+    ("Bob in group 42", {"launcher_type": "group", "launcher_id": "42", "sender_id": "bob",
+                         "conversation_id": "c-1001", "query_id": "m-2", "user_id": "bob"}),
+    ("Alice in private", {"launcher_type": "person", "launcher_id": "alice", "sender_id": "alice",
+                          "conversation_id": "c-2002", "query_id": "m-3", "user_id": "alice"}),
+]
+
+
+@staff_required
+@require_GET
+def pipeline_list(request: HttpRequest) -> HttpResponse:
+    pipelines = Pipeline.objects.order_by("slug")
+    return render(request, "pipelines/list.html", {"nav": "pipelines", "pipelines": pipelines})
+
+
+@staff_required
+@require_http_methods(["GET", "POST"])
+def pipeline_edit(request: HttpRequest, slug: str | None = None) -> HttpResponse:
+    pipeline = _pipeline(slug) if slug else None
+    form = PipelineForm(request.POST or None, instance=pipeline)
+    if request.method == "POST" and form.is_valid():
+        saved = form.save()
+        messages.success(request, _("Pipeline %(slug)s saved.") % {"slug": saved.slug})
+        return redirect("pipeline", slug=saved.slug)
+    context: dict[str, Any] = {"nav": "pipelines", "form": form, "pipeline": pipeline}
+    context.update(_preview(form["scope_template"].value() if form["scope_preset"].value() == CUSTOM
+                            else form["scope_preset"].value()))
+    if pipeline is not None:
+        context["tokens"] = pipeline.tokens.order_by("-created_at")
+        context["skills"] = pipeline.skills.order_by("name")
+        context["skill_form"] = SkillForm()
+    return render(request, "pipelines/form.html", context)
+
+
+@staff_required
+@require_GET
+def scope_preview(request: HttpRequest) -> HttpResponse:
+    """The partial under the scope fields: the keys the template gives the sample chats, or
+    the template's error, as the admin types."""
+    preset = request.GET.get("scope_preset", "")
+    template = request.GET.get("scope_template", "") if preset in ("", CUSTOM) else preset
+    return render(request, "pipelines/_scope_preview.html", _preview(template))
+
+
+def _preview(template: str | None) -> dict[str, Any]:
+    if not template:
+        return {"preview_error": _("Write a template, or choose a preset."), "preview": []}
+    try:
+        scope.validate(template)
+    except scope.TemplateError as error:
+        return {"preview_error": str(error), "preview": []}
+    preview = []
+    for label, variables in SAMPLE_CHATS:
+        try:
+            preview.append((label, scope.resolve(template, variables), ""))
+        except InvalidInput as error:
+            preview.append((label, "", error.message))
+    return {"preview_error": "", "preview": preview, "template": template}
+
+
+@staff_required
+@never_cache
+@require_POST
+def token_create(request: HttpRequest, slug: str) -> HttpResponse:
+    pipeline = _pipeline(slug)
+    row, plaintext = PipelineToken.issue(pipeline, name=request.POST.get("name", "")[:100])
+    context = {"nav": "pipelines", "pipeline": pipeline, "token": row, "plaintext": plaintext}
+    return render(request, "pipelines/token_created.html", context)
+
+
+@staff_required
+@require_POST
+def token_revoke(request: HttpRequest, slug: str, token_id: int) -> HttpResponse:
+    pipeline = _pipeline(slug)
+    token = pipeline.tokens.filter(pk=token_id).first()
+    if token is None:
+        raise Http404("no such token")
+    token.revoke()
+    messages.success(request, _("Token %(prefix)s… revoked.") % {"prefix": token.prefix})
+    return redirect("pipeline", slug=pipeline.slug)
+
+
+@staff_required
+@require_POST
+def skill_add(request: HttpRequest, slug: str) -> HttpResponse:
+    pipeline = _pipeline(slug)
+    form = SkillForm(request.POST, instance=Skill(pipeline=pipeline))
+    if form.is_valid():
+        try:
+            form.save()
+            messages.success(request, _("Skill %(name)s added.") % {"name": form.instance.name})
+        except IntegrityError:
+            messages.error(request, _("This pipeline already has a skill of that name."))
+    else:
+        for field, errors in form.errors.items():
+            messages.error(request, f"{field}: {' '.join(errors)}")
+    return redirect("pipeline", slug=pipeline.slug)
+
+
+@staff_required
+@require_POST
+def skill_remove(request: HttpRequest, slug: str, skill_id: int) -> HttpResponse:
+    pipeline = _pipeline(slug)
+    pipeline.skills.filter(pk=skill_id).delete()
+    return redirect("pipeline", slug=pipeline.slug)
+
+
+def _pipeline(slug: str) -> Pipeline:
+    pipeline = Pipeline.objects.filter(slug=slug).first()
+    if pipeline is None:
+        raise Http404("no such pipeline")
+    return pipeline

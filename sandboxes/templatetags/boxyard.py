@@ -1,0 +1,13 @@
+from datetime import datetime, timezone
+
+from django import template
+
+register = template.Library()
+
+
+@register.filter
+def unixtime(value: object) -> datetime | None:
+    """Seconds since the epoch (a file's mtime in the sandbox) as an aware datetime."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return datetime.fromtimestamp(value, tz=timezone.utc)

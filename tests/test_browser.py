@@ -1,0 +1,213 @@
+"""The dashboard in a real browser (Debian's Chromium driven by Playwright) against a real
+server (`manage.py serve`, as `bin/run` starts it) and the real engine, with a bot calling the
+API on the side: log in, make a pipeline with a custom scope and see its preview, watch the
+bot's sandbox appear in the fleet without a reload, take it over and see the bot refused, type
+in its terminal, upload and download a file, release it and see the bot carry on.
+
+Screenshots of the main pages go to $BOXYARD_SCREENSHOTS when it is set (the README's come
+from `BOXYARD_SCREENSHOTS=docs/screenshots bin/test tests/test_browser.py`).
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from tests.conftest import DEPLOYMENT, wait_for
+
+pytestmark = [
+    pytest.mark.docker,
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(not shutil.which("chromium"), reason="needs Debian's chromium (bin/test installs it)"),
+]
+
+REPO = Path(__file__).resolve().parents[1]
+PASSWORD = "a-long-test-password"
+
+
+@dataclass
+class Server:
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def tail(self) -> str:
+        return self.log.read_text(errors="replace")[-4000:] if self.log.exists() else ""
+
+
+def _database_url() -> str:
+    config = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{config['NAME']}"
+    return (
+        f"postgres://{config['USER']}:{config['PASSWORD']}@{config['HOST'] or 'localhost'}:"
+        f"{config['PORT'] or 5432}/{config['NAME']}"
+    )
+
+
+@pytest.fixture
+def server(tmp_path: Path, docker_engine: Any) -> Iterator[Server]:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = dict(os.environ)
+    env.update(
+        DJANGO_SETTINGS_MODULE="config.settings",
+        DATABASE_URL=_database_url(),
+        BOXYARD_DEPLOYMENT=DEPLOYMENT,
+        BOXYARD_DATA_DIR=str(tmp_path / "data"),
+        BOXYARD_ALLOWED_HOSTS="127.0.0.1",
+        BOXYARD_IMAGE_ALLOWLIST=settings.BOXYARD_TEST_IMAGE,
+        BOXYARD_DEFAULT_IMAGE=settings.BOXYARD_TEST_IMAGE,
+        PYTHONUNBUFFERED="1",
+    )
+    log = tmp_path / "server.log"
+    with log.open("wb") as output:
+        process = subprocess.Popen(
+            [sys.executable, "manage.py", "serve", "--no-build", "--host", "127.0.0.1", "--port", str(port)],
+            cwd=REPO, env=env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    running = Server(f"http://127.0.0.1:{port}", process, log)
+
+    def answers() -> bool:
+        try:
+            return httpx.get(f"{running.url}/healthz", timeout=2).status_code == 200
+        except httpx.TransportError:
+            return process.poll() is not None  # stop waiting: it died
+    try:
+        wait_for(answers, 60, running.tail)
+        assert process.poll() is None, running.tail()
+        yield running
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=shutil.which("chromium"), args=["--no-sandbox"])
+        yield chromium
+        chromium.close()
+
+
+def shoot(page: Any, name: str) -> None:
+    folder = os.environ.get("BOXYARD_SCREENSHOTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(folder) / f"{name}.png"), full_page=True)
+
+
+@pytest.fixture
+def alice(django_user_model: Any) -> Any:
+    """The admin; made before the browser starts (Playwright runs an event loop in this
+    thread, where Django refuses database calls)."""
+    return django_user_model.objects.create_user("alice", password=PASSWORD, is_staff=True)
+
+
+def test_an_admin_steps_in_and_hands_back(alice, server, browser, tmp_path) -> None:
+    page = browser.new_page(viewport={"width": 1280, "height": 900}, accept_downloads=True)
+    page.set_default_timeout(20_000)
+
+    # Log in.
+    page.goto(f"{server.url}/")
+    page.fill("input[name=username]", "alice")
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_selector("h1:has-text('Fleet')")
+
+    # A pipeline with a custom scope: the preview follows the template as it is typed.
+    page.goto(f"{server.url}/pipelines/new")
+    page.fill("#id_slug", "support")
+    page.select_option("#id_scope_preset", "custom")
+    page.fill("#id_scope_template", "{launcher_type}_{launcher_id}_{sender_id}")
+    page.wait_for_selector("[data-testid=scope-key]:has-text('group_42_alice')")
+    page.fill("#id_scope_template", "{nope}")
+    page.wait_for_selector("[data-testid=scope-error]:has-text('nope')")
+    page.fill("#id_scope_template", "{launcher_type}_{launcher_id}_{sender_id}")
+    page.wait_for_selector("[data-testid=scope-key]:has-text('group_42_bob')")
+    page.fill("#id_image", settings.BOXYARD_TEST_IMAGE)
+    shoot(page, "pipeline")
+    page.click("form.pipeline-form button[type=submit]")
+    page.wait_for_selector("h2:has-text('API tokens')")
+    page.click("button:has-text('Create a token')")
+    token = page.inner_text("[data-testid=new-token]")
+    bot = httpx.Client(base_url=f"{server.url}/api/v1", headers={"Authorization": f"Bearer {token}"}, timeout=60)
+
+    # The bot opens a sandbox: it appears in the open fleet page, with no reload.
+    page.goto(f"{server.url}/")
+    time.sleep(1)  # the page's websocket connects
+    chat = {"launcher_type": "group", "launcher_id": "42", "sender_id": "alice"}
+    opened = bot.post("/sandboxes/open", json={"pipeline": "support", "variables": chat})
+    assert opened.status_code == 200, opened.text
+    sandbox_id = opened.json()["sandbox_id"]
+    bot.post(f"/sandboxes/{sandbox_id}/exec", json={"cmd": "echo from-the-bot > bot.txt"})
+    page.wait_for_selector(f"#sandbox-{sandbox_id}:has-text('group_42_alice')")
+    shoot(page, "fleet")
+
+    # Take it over: the bot's next call is refused, naming the holder.
+    page.click(f"#sandbox-{sandbox_id} a")
+    page.click("button:has-text('Take over')")
+    page.wait_for_selector("[data-testid=lease]:has-text('admin:alice')")
+    refused = bot.post(f"/sandboxes/{sandbox_id}/exec", json={"cmd": "true"})
+    assert refused.status_code == 423 and "admin:alice" in refused.json()["error"]["message"]
+
+    # The terminal.
+    page.click("#terminal-open")
+    page.wait_for_selector("#terminal[data-state=open]")
+    page.locator("#terminal").click()
+    page.keyboard.type("echo term-$((6*7))")
+    page.keyboard.press("Enter")
+    page.wait_for_function("() => document.querySelector('#terminal').innerText.includes('term-42')")
+    shoot(page, "sandbox")
+
+    # Upload a file, find it, download it.
+    upload = tmp_path / "notes.txt"
+    upload.write_text("uploaded by alice\n")
+    page.wait_for_selector("[data-testid=upload]")
+    page.set_input_files("[data-testid=upload]", str(upload))
+    page.click("button:has-text('Upload')")
+    page.wait_for_selector("a:has-text('notes.txt')")
+    with page.expect_download() as downloading:
+        page.locator("tr:has-text('notes.txt') a:has-text('Download')").click()
+    assert Path(downloading.value.path()).read_text() == "uploaded by alice\n"
+    page.click("a:has-text('bot.txt')")
+    page.wait_for_selector("[data-testid=file-text]:has-text('from-the-bot')")
+
+    # Hand it back: the bot carries on with the same files.
+    page.click("button:has-text('Release')")
+    page.wait_for_selector("[data-testid=lease]:has-text('free')")
+    carried_on = bot.post(f"/sandboxes/{sandbox_id}/exec", json={"cmd": "cat notes.txt bot.txt"})
+    assert carried_on.status_code == 200, carried_on.text
+    assert carried_on.json()["stdout"] == "uploaded by alice\nfrom-the-bot\n"
+
+    # The history says who did what: the admin's terminal, then the bot again.
+    page.reload()
+    page.wait_for_selector("#execs:has-text('admin:alice')")
+    assert "terminal" in page.inner_text("#execs")
+
+    # Sessions: the chat's sandbox by its sender.
+    page.goto(f"{server.url}/sessions/?q=alice")
+    page.wait_for_selector("a:has-text('group_42_alice')")
+    shoot(page, "sessions")
+    bot.close()

@@ -1,0 +1,249 @@
+"""The dashboard with Django's test client and channels' websocket communicator: who gets in,
+what the pages show, what their buttons do, and what the websockets push. (The same story in
+a real browser is tests/test_browser.py.)"""
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.test import Client
+
+from pipelines.models import Pipeline, PipelineToken
+from sandboxes import services
+from sandboxes.models import Event, Exec, Sandbox, State
+from tests.conftest import CHAT
+
+OTHER = {"launcher_type": "group", "launcher_id": "other"}
+
+
+@pytest.fixture
+def admin(django_user_model: Any) -> Client:
+    user = django_user_model.objects.create_user("alice", password="s3cret-pass", is_staff=True)
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture(autouse=True)
+def _hosts(settings: Any) -> None:
+    settings.ALLOWED_HOSTS = ["testserver"]
+
+
+# --- who gets in --------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_every_page_wants_an_admin(django_user_model) -> None:
+    for path in ("/", "/sessions/", "/pipelines/", "/pipelines/new"):
+        assert Client().get(path).url.startswith("/login/"), path
+    visitor = Client()
+    visitor.force_login(django_user_model.objects.create_user("mallory", password="x"))
+    assert visitor.get("/").status_code == 403
+
+
+@pytest.mark.django_db
+def test_only_administrators_can_log_in(django_user_model) -> None:
+    django_user_model.objects.create_user("mallory", password="s3cret-pass")
+    refused = Client().post("/login/", {"username": "mallory", "password": "s3cret-pass"})
+    assert refused.status_code == 200 and b"did not match" in refused.content
+    django_user_model.objects.create_user("alice", password="s3cret-pass", is_staff=True)
+    allowed = Client().post("/login/", {"username": "alice", "password": "s3cret-pass"})
+    assert allowed.status_code == 302 and allowed.url == "/"
+
+
+@pytest.mark.django_db
+def test_changes_need_the_csrf_token(django_user_model, pipeline) -> None:
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(django_user_model.objects.create_user("alice", password="x", is_staff=True))
+    assert strict.post(f"/pipelines/{pipeline.slug}/tokens", {"name": "x"}).status_code == 403
+    assert not PipelineToken.objects.filter(pipeline=pipeline).exists()
+
+
+# --- pipelines ----------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_pipeline_is_made_with_a_custom_scope(admin) -> None:
+    form = admin.get("/pipelines/new")
+    assert b"Per chat (recommended)" in form.content  # the presets, labelled
+    preview = admin.get("/pipelines/scope-preview", {"scope_preset": "custom", "scope_template": "{sender_id}:{query_id}"})
+    assert b"alice:m-1" in preview.content and b"bob:m-2" in preview.content
+    broken = admin.get("/pipelines/scope-preview", {"scope_preset": "custom", "scope_template": "{nope}"})
+    assert b"nope" in broken.content and b'role="alert"' in broken.content
+    saved = admin.post("/pipelines/new", _pipeline_form(slug="helpdesk", scope_preset="custom", scope_template="{sender_id}:{query_id}"))
+    assert saved.status_code == 302, saved.content.decode()[:2000]
+    assert Pipeline.objects.get(slug="helpdesk").scope_template == "{sender_id}:{query_id}"
+
+
+@pytest.mark.django_db
+def test_a_bad_pipeline_is_refused_field_by_field_and_nothing_is_saved(admin, settings) -> None:
+    answer = admin.post("/pipelines/new", _pipeline_form(
+        slug="bad", scope_preset="custom", scope_template="{launcher_id", cpus="99", env="{not json",
+    ))
+    assert answer.status_code == 200
+    text = answer.content.decode()
+    assert "operator maximum" in text and "not valid JSON" in text
+    assert not Pipeline.objects.filter(slug="bad").exists()
+
+
+@pytest.mark.django_db
+def test_a_token_is_shown_once_and_can_be_revoked(admin, pipeline) -> None:
+    created = admin.post(f"/pipelines/{pipeline.slug}/tokens", {"name": "bot"})
+    plaintext = created.content.decode().split('data-testid="new-token">')[1].split("<")[0]
+    token = PipelineToken.objects.get(pipeline=pipeline)
+    assert plaintext.startswith("byd_") and plaintext not in admin.get(f"/pipelines/{pipeline.slug}/").content.decode()
+    assert Client(HTTP_AUTHORIZATION=f"Bearer {plaintext}").get("/api/v1/sandboxes").status_code == 200
+    admin.post(f"/pipelines/{pipeline.slug}/tokens/{token.pk}/revoke")
+    assert Client(HTTP_AUTHORIZATION=f"Bearer {plaintext}").get("/api/v1/sandboxes").status_code == 401
+
+
+def _pipeline_form(**changes: str) -> dict[str, str]:
+    form = {
+        "slug": "p", "name": "", "description": "", "scope_preset": "{launcher_type}_{launcher_id}",
+        "scope_template": "", "image": "boxyard/busybox:1", "cpus": "1", "memory_mb": "512",
+        "pids_limit": "128", "workspace_mb": "1024", "tmp_mb": "64", "idle_timeout_seconds": "1800",
+        "ttl_seconds": "86400", "lease_timeout_seconds": "600", "exec_timeout_seconds": "60",
+        "output_limit_bytes": "262144", "retention": "temporary", "max_live_sandboxes": "10",
+        "pool_size": "0", "pool_exhausted": "cold", "pool_wait_seconds": "10", "env": "{}",
+        "processes": "[]", "system_prompt": "",
+    }
+    form.update(changes)
+    return form
+
+
+# --- the fleet and a sandbox --------------------------------------------------------------------
+
+
+@pytest.mark.docker
+@pytest.mark.django_db
+def test_the_fleet_lists_and_filters_sandboxes(admin, pipeline, make_pipeline, bot, docker_engine) -> None:
+    services.open_sandbox(pipeline, CHAT, bot)
+    services.open_sandbox(make_pipeline(slug="billing"), OTHER, bot)
+    page = admin.get("/").content.decode()
+    assert "group_123456" in page and "group_other" in page
+    only = admin.get("/", {"pipeline": "billing"}).content.decode()
+    assert "group_other" in only and "group_123456" not in only
+    assert "group_123456" in admin.get("/", {"q": "1234"}).content.decode()
+
+
+@pytest.mark.docker
+@pytest.mark.django_db(transaction=True)
+def test_a_takeover_refuses_the_bot_until_release(admin, pipeline, bot, docker_engine) -> None:
+    sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
+    token = PipelineToken.issue(pipeline, name="bot")[1]
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
+    exec_path = f"/api/v1/sandboxes/{sandbox.pk}/exec"
+    admin.post(f"/sandboxes/{sandbox.pk}/takeover")
+    page = admin.get(f"/sandboxes/{sandbox.pk}/").content.decode()
+    assert "admin:alice" in page and "taken over from" in page
+    refused = api.post(exec_path, {"cmd": "true"}, content_type="application/json")
+    assert refused.status_code == 423 and "admin:alice" in refused.json()["error"]["message"]
+    admin.post(f"/sandboxes/{sandbox.pk}/release")
+    allowed = api.post(exec_path, {"cmd": "echo back"}, content_type="application/json")
+    assert allowed.status_code == 200 and allowed.json()["stdout"] == "back\n"
+    actions = set(Event.objects.filter(sandbox=sandbox).values_list("action", flat=True))
+    assert {"lease.taken_over", "lease.released"} <= actions
+
+
+@pytest.mark.docker
+@pytest.mark.django_db(transaction=True)
+def test_restart_keeps_the_workspace_and_destroy_removes_it(admin, pipeline, bot, docker_engine) -> None:
+    sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
+    services.run_exec(sandbox, services.clean_request(sandbox, cmd="echo kept > a.txt"), bot)
+    admin.post(f"/sandboxes/{sandbox.pk}/restart")
+    restarted = Sandbox.objects.select_related("pipeline").get(pk=sandbox.pk)
+    assert (restarted.state, restarted.generation) == (State.RUNNING, 2)
+    again = services.run_exec(restarted, services.clean_request(restarted, cmd="cat a.txt"), bot)
+    assert again.stdout == "kept\n"
+    admin.post(f"/sandboxes/{sandbox.pk}/destroy")
+    assert Sandbox.objects.get(pk=sandbox.pk).state == State.DESTROYED
+    assert docker_engine.list_containers({"io.boxyard.sandbox": str(sandbox.pk)}) == []
+
+
+@pytest.mark.docker
+@pytest.mark.django_db
+def test_sessions_find_a_chats_sandboxes_and_what_ran_there(admin, pipeline, bot, docker_engine) -> None:
+    sandbox = services.open_sandbox(pipeline, {**CHAT, "conversation_id": "conv-777"}, bot).sandbox
+    services.run_exec(sandbox, services.clean_request(sandbox, cmd="echo from-the-bot"), bot)
+    found = admin.get("/sessions/", {"q": "conv-777"}).content.decode()
+    assert "group_123456" in found
+    assert "from-the-bot" in admin.get(f"/sandboxes/{sandbox.pk}/").content.decode()
+    assert "Nothing found" in admin.get("/sessions/", {"q": "no-such-chat"}).content.decode()
+
+
+# --- websockets ---------------------------------------------------------------------------------
+
+
+def _communicator(path: str, client: Client | None) -> WebsocketCommunicator:
+    from config.asgi import application
+
+    headers = [(b"origin", b"http://testserver"), (b"host", b"testserver")]
+    if client is not None:
+        headers.append((b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode()))
+    return WebsocketCommunicator(application, path, headers=headers)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_websockets_are_for_admins_from_our_own_origin(django_user_model) -> None:
+    async def attempt(path: str, client: Client | None, origin: bytes = b"http://testserver") -> Any:
+        communicator = _communicator(path, client)
+        communicator.scope["headers"] = [
+            (name, origin if name == b"origin" else value) for name, value in communicator.scope["headers"]
+        ]
+        connected, code = await communicator.connect()
+        await communicator.disconnect()
+        return connected, code
+
+    visitor = Client()
+    visitor.force_login(django_user_model.objects.create_user("mallory", password="x"))
+    admin = Client()
+    admin.force_login(django_user_model.objects.create_user("alice", password="x", is_staff=True))
+    assert asyncio.run(attempt("/ws/fleet/", None))[0] is False
+    assert asyncio.run(attempt("/ws/fleet/", visitor))[0] is False
+    assert asyncio.run(attempt("/ws/fleet/", admin, b"http://evil.example"))[0] is False
+    assert asyncio.run(attempt("/ws/fleet/", admin))[0] is True
+
+
+@pytest.mark.docker
+@pytest.mark.django_db(transaction=True)
+def test_the_fleet_websocket_pushes_a_new_sandbox_then_its_changes(admin, pipeline, bot, docker_engine) -> None:
+    async def scenario() -> list[str]:
+        communicator = _communicator("/ws/fleet/?state=live", admin)
+        connected, _ = await communicator.connect()
+        assert connected
+        first = await communicator.receive_from(timeout=10)
+        assert 'id="fleet-rows"' in first and "sandbox-" not in first
+        opened = await database_sync_to_async(services.open_sandbox)(pipeline, CHAT, bot)
+        pushed = [await communicator.receive_from(timeout=10)]
+        await database_sync_to_async(services.close_sandbox)(opened.sandbox, bot, delete_workspace=True)
+        while 'hx-swap-oob="delete"' not in pushed[-1]:
+            pushed.append(await communicator.receive_from(timeout=10))
+        await communicator.disconnect()
+        return pushed
+
+    pushed = asyncio.run(scenario())
+    assert 'hx-swap-oob="afterbegin:#fleet-rows"' in pushed[0] and "group_123456" in pushed[0]
+    assert '<p id="fleet-empty" hx-swap-oob="delete">' in pushed[0]
+    assert any('hx-swap-oob="delete"' in message and "sandbox-" in message for message in pushed)
+
+
+@pytest.mark.docker
+@pytest.mark.django_db(transaction=True)
+def test_the_sandbox_websocket_renders_in_the_admins_language(admin, pipeline, bot, docker_engine) -> None:
+    sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
+    admin.cookies["django_language"] = "fr"
+
+    async def scenario() -> str:
+        communicator = _communicator(f"/ws/sandboxes/{sandbox.pk}/", admin)
+        communicator.scope["headers"].append((b"cookie", b"django_language=fr"))
+        await communicator.connect()
+        message = await communicator.receive_from(timeout=10)
+        await communicator.disconnect()
+        return message
+
+    message = asyncio.run(scenario())
+    assert 'id="sandbox-status"' in message and 'id="events"' in message
+    assert "sandbox.created" in message
