@@ -193,6 +193,7 @@ CELERY_BEAT_SCHEDULE = {
     "reap": {"task": "sandboxes.reap", "schedule": BOXYARD_REAP_INTERVAL},
     "reconcile": {"task": "sandboxes.reconcile", "schedule": BOXYARD_RECONCILE_INTERVAL},
     "refill-pools": {"task": "sandboxes.refill_pools", "schedule": BOXYARD_POOL_INTERVAL},
+    "sample-fleet": {"task": "sandboxes.sample_fleet", "schedule": 60.0},
 }
 
 # --- HTTPS and cookies: production sets BOXYARD_HTTPS=true behind TLS -----------------------

@@ -18,12 +18,14 @@ from django.conf import settings
 from django.http import HttpRequest
 from django.middleware.csrf import get_token
 from django.template.loader import render_to_string
+from django.utils.html import escape
 from django.utils import translation
 
 from boxyard.actors import Actor
 from boxyard.errors import BoxyardError
 from boxyard.web import is_admin
 from sandboxes import dashboard, live
+from sandboxes.charts import fleet_charts as charts_for
 from sandboxes.services import terminal as terminal_service
 
 REFUSED = 4403
@@ -106,9 +108,44 @@ class FleetConsumer(DashboardConsumer):
     def _counters(self) -> str:
         return self.render("sandboxes/_fleet_counters.html", {"counts": dashboard.state_counts()})
 
+    async def fleet_sampled(self, message: dict[str, Any]) -> None:
+        html = await database_sync_to_async(self.render_charts)()
+        await self.send_html(html)
+
+    def render_charts(self) -> str:
+        with translation.override(self.language):
+            charts = charts_for(self.filter.pipeline)
+        return self.render("sandboxes/_charts.html", {"charts": charts})
+
 
 class SandboxConsumer(DashboardConsumer):
-    """One sandbox's page: its status, lease, commands and events."""
+    """One sandbox's page: its status, lease, commands and events, and its CPU and memory
+    every USAGE_SECONDS while the page is open."""
+
+    USAGE_SECONDS = 2.0
+
+    async def connect(self) -> None:
+        await super().connect()
+        self.usage_task = asyncio.create_task(self.report_usage())
+
+    async def disconnect(self, code: int) -> None:
+        if getattr(self, "usage_task", None) is not None:
+            self.usage_task.cancel()
+        await super().disconnect(code)
+
+    async def report_usage(self) -> None:
+        sandbox_id = str(self.scope["url_route"]["kwargs"]["sandbox_id"])
+        previous = None
+        while True:
+            reading = await database_sync_to_async(dashboard.usage_of)(sandbox_id)
+            await self.send_html(self.render_usage(reading, previous))
+            previous = reading
+            await asyncio.sleep(self.USAGE_SECONDS)
+
+    def render_usage(self, reading: Any, previous: Any) -> str:
+        with translation.override(self.language):
+            text = dashboard.usage_text(reading, previous)
+        return f'<p id="usage" class="usage" data-testid="usage" hx-swap-oob="true">{escape(text)}</p>'
 
     def joined_groups(self) -> list[str]:
         return [live.sandbox_group(self.scope["url_route"]["kwargs"]["sandbox_id"])]

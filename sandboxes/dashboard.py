@@ -6,8 +6,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db.models import Q, QuerySet
+from django.utils.translation import gettext as _
+
+from boxyard.errors import BoxyardError
 
 from sandboxes.models import Event, Exec, Sandbox, State
+from sandboxes.runtime import Usage, get_runtime
 
 FLEET_LIMIT = 500
 
@@ -83,3 +87,36 @@ def find_sessions(text: str) -> QuerySet[Sandbox]:
     if not text:
         return sandboxes.none()
     return sandboxes.filter(Q(scope_key__icontains=text) | Q(variables__icontains=text))
+
+
+def running_background(sandbox: Sandbox) -> list[Exec]:
+    return list(
+        Exec.objects.filter(sandbox=sandbox, background=True, state="running")
+        .exclude(session="terminal")
+        .order_by("-started_at")[:20]
+    )
+
+
+def usage_of(sandbox_id: object) -> Usage | None:
+    """The container's CPU and memory counters now, or None (not running, or no engine)."""
+    sandbox = Sandbox.objects.filter(pk=sandbox_id, state=State.RUNNING).only("container_id").first()
+    if sandbox is None or not sandbox.container_id:
+        return None
+    try:
+        return get_runtime().usage(sandbox.container_id)
+    except BoxyardError:
+        return None
+
+
+def usage_text(reading: Usage | None, previous: Usage | None) -> str:
+    """"CPU 3.2% · memory 12 MiB of 1024 MiB": the CPU share between two readings."""
+    if reading is None:
+        return ""
+    memory = _("memory %(used)s MiB of %(limit)s MiB") % {
+        "used": round(reading.memory_bytes / 2**20, 1), "limit": round(reading.memory_limit_bytes / 2**20),
+    }
+    if previous is None or reading.system_ns <= previous.system_ns:
+        return memory
+    share = (reading.cpu_ns - previous.cpu_ns) / (reading.system_ns - previous.system_ns)
+    cpu = _("CPU %(percent)s%%") % {"percent": round(max(share, 0) * reading.online_cpus * 100, 1)}
+    return f"{cpu} · {memory}"

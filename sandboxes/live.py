@@ -45,6 +45,11 @@ def changed(sandbox_id: object, pipeline_id: object = None) -> None:
     transaction.on_commit(lambda: _send([FLEET, sandbox_group(sandbox_id)], message), robust=True)
 
 
+def sampled() -> None:
+    """Say that a new fleet sample was taken (the charts), once the transaction commits."""
+    transaction.on_commit(lambda: _send([FLEET], {"type": "fleet.sampled"}), robust=True)
+
+
 def _send(groups: list[str], message: dict[str, Any]) -> None:
     layer = get_channel_layer()
     if layer is None:

@@ -330,3 +330,23 @@ class MetricTotal(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name}{{{self.pipeline},{self.label}}} = {self.value}"
+
+
+class FleetSample(models.Model):
+    """The fleet at one moment, taken every minute for the dashboard's charts: live sandboxes
+    by state, and the running totals of creates, reuses and stops by reason (the charts show
+    what changed between samples). `pipeline` empty: all pipelines together."""
+
+    at = models.DateTimeField(db_index=True)
+    pipeline = models.CharField(max_length=50, blank=True)
+    live = models.JSONField(default=dict, help_text="state → sandboxes")
+    created = models.PositiveBigIntegerField(default=0)
+    reused = models.PositiveBigIntegerField(default=0)
+    cleaned = models.JSONField(default=dict, help_text="stop reason → running total")
+
+    class Meta:
+        ordering = ["at"]
+        indexes = [models.Index(fields=["pipeline", "at"])]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M} {self.pipeline or 'all'}"

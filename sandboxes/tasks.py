@@ -26,6 +26,7 @@ from sandboxes.services.opening import boot as boot_sandbox
 from sandboxes.services.pool import refill_pools as refill_all_pools
 from sandboxes.services.reaping import reap_due
 from sandboxes.services.reconciling import reconcile as reconcile_all
+from sandboxes.services.sampling import sample_fleet as take_sample
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,12 @@ def reconcile() -> dict[str, Any] | None:
 def refill_pools() -> dict[str, int] | None:
     """Bring every warm pool to its size (after a claim, and periodically)."""
     return run_exclusive("refill_pools", refill_all_pools)
+
+
+@shared_task(name="sandboxes.sample_fleet", acks_late=True, soft_time_limit=50, time_limit=55)
+def sample_fleet() -> int | None:
+    """The fleet's minute sample, for the dashboard's charts."""
+    return run_exclusive("sample_fleet", take_sample)
 
 
 @shared_task(name="sandboxes.build_image", acks_late=True, soft_time_limit=1800, time_limit=1860)

@@ -23,6 +23,7 @@ from boxyard.threads import in_pool
 from boxyard.web import admin_actor, staff_required
 from pipelines.models import Pipeline
 from sandboxes import dashboard, metrics, services
+from sandboxes.charts import fleet_charts
 from sandboxes.models import Sandbox, State, StopReason
 from sandboxes.services.background import DESTROY, later
 
@@ -37,6 +38,7 @@ def fleet(request: HttpRequest) -> HttpResponse:
         "rows": dashboard.fleet_rows(chosen),
         "counts": dashboard.state_counts(),
         "totals": metrics.snapshot()["overall"],
+        "charts": fleet_charts(chosen.pipeline),
         "pipelines": Pipeline.objects.order_by("slug").values_list("slug", flat=True),
         "states": [state for state in State if state != State.DESTROYED],
     }
@@ -228,3 +230,75 @@ async def _pulled(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
 def _ascii_name(path: str) -> str:
     name = posixpath.basename(path) or "download"
     return "".join(ch if ch.isascii() and ch.isprintable() and ch not in '"\\' else "_" for ch in name)
+
+
+# --- processes, logs and the admin's own commands -----------------------------------------------
+
+
+@staff_required
+@require_GET
+def processes(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
+    """The pipeline's managed processes and the background commands running in the sandbox."""
+    sandbox = _sandbox(sandbox_id)
+    context: dict[str, Any] = {"sandbox": sandbox, "background": dashboard.running_background(sandbox)}
+    try:
+        context["processes"] = services.list_processes(sandbox)
+    except BoxyardError as error:
+        context["processes"], context["error"] = [], error.message
+    return render(request, "sandboxes/_processes.html", context)
+
+
+@staff_required
+@require_GET
+def log(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
+    """New output of a managed process (`process`) or a background command (`exec`) after
+    `since`, appended to the log on the page; the poller comes back with the next position."""
+    sandbox = _sandbox(sandbox_id)
+    since = _int(request.GET.get("since"))
+    process, exec_id = request.GET.get("process", ""), request.GET.get("exec", "")
+    running = False
+    try:
+        if process:
+            output = services.read_output(sandbox, process, since_seq=since)
+            chunks, running = output["chunks"], output["running"]
+        else:
+            record = selectors_exec(sandbox, exec_id)
+            chunks, record = services.exec_output(record, since)
+            running = record.state == "running"
+    except BoxyardError as error:
+        chunks = [{"seq": since, "stream": "stderr", "text": f"[{error.message}]\n"}]
+    last = max([since, *(int(chunk["seq"]) for chunk in chunks)])
+    context = {
+        "sandbox": sandbox, "chunks": chunks, "since": last, "running": running,
+        "process": process, "exec_id": exec_id, "first": request.GET.get("first") == "1",
+    }
+    return render(request, "sandboxes/_log.html", context)
+
+
+@staff_required
+@require_POST
+def run_command(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
+    """A command run by the admin, who must hold the lease; it joins the history as theirs."""
+    sandbox = _sandbox(sandbox_id)
+    actor = admin_actor(request)
+    try:
+        exec_request = services.clean_request(sandbox, cmd=request.POST.get("cmd", ""))
+        record = services.run_exec(sandbox, exec_request, actor, holder=str(actor))
+        messages.info(request, _("Exit code %(code)s.") % {"code": record.exit_code})
+    except BoxyardError as error:
+        messages.error(request, error.message)
+    return redirect("sandbox", sandbox_id=sandbox.pk)
+
+
+def selectors_exec(sandbox: Sandbox, exec_id: str) -> Any:
+    record = sandbox.execs.filter(pk=_uuid(exec_id)).select_related("sandbox__pipeline").first()
+    if record is None:
+        raise Http404("no such command")
+    return record
+
+
+def _int(value: object) -> int:
+    try:
+        return max(0, int(value))  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return 0

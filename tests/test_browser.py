@@ -165,12 +165,27 @@ def test_an_admin_steps_in_and_hands_back(alice, server, browser, tmp_path) -> N
     page.wait_for_selector(f"#sandbox-{sandbox_id}:has-text('group_42_alice')")
     shoot(page, "fleet")
 
+    # A background command of the bot's, to follow in the processes panel.
+    ticking = bot.post(f"/sandboxes/{sandbox_id}/exec", json={
+        "cmd": "for i in 1 2 3 4 5 6 7 8 9 10; do echo tick-$i; sleep 0.5; done", "background": True,
+    })
+    assert ticking.status_code == 200, ticking.text
+
     # Take it over: the bot's next call is refused, naming the holder.
     page.click(f"#sandbox-{sandbox_id} a")
+    page.wait_for_selector("[data-testid=usage]:has-text('memory')")  # live CPU and memory
+    page.click("#processes-view a:has-text('Log')")
+    page.wait_for_selector("[data-testid=log]:has-text('tick-1')")
+    page.wait_for_selector("[data-testid=log]:has-text('tick-6')")  # it follows the output
     page.click("button:has-text('Take over')")
     page.wait_for_selector("[data-testid=lease]:has-text('admin:alice')")
     refused = bot.post(f"/sandboxes/{sandbox_id}/exec", json={"cmd": "true"})
     assert refused.status_code == 423 and "admin:alice" in refused.json()["error"]["message"]
+
+    # A command of the admin's own.
+    page.fill("input[name=cmd]", "echo ran-by-alice > alice.txt")
+    page.click("button:has-text('Run as me')")
+    page.wait_for_selector("#execs:has-text('ran-by-alice')")
 
     # The terminal.
     page.click("#terminal-open")
@@ -197,9 +212,9 @@ def test_an_admin_steps_in_and_hands_back(alice, server, browser, tmp_path) -> N
     # Hand it back: the bot carries on with the same files.
     page.click("button:has-text('Release')")
     page.wait_for_selector("[data-testid=lease]:has-text('free')")
-    carried_on = bot.post(f"/sandboxes/{sandbox_id}/exec", json={"cmd": "cat notes.txt bot.txt"})
+    carried_on = bot.post(f"/sandboxes/{sandbox_id}/exec", json={"cmd": "cat notes.txt bot.txt alice.txt"})
     assert carried_on.status_code == 200, carried_on.text
-    assert carried_on.json()["stdout"] == "uploaded by alice\nfrom-the-bot\n"
+    assert carried_on.json()["stdout"] == "uploaded by alice\nfrom-the-bot\nran-by-alice\n"
 
     # The history says who did what: the admin's terminal, then the bot again.
     page.reload()

@@ -177,12 +177,14 @@ def test_sessions_find_a_chats_sandboxes_and_what_ran_there(admin, pipeline, bot
 # --- websockets ---------------------------------------------------------------------------------
 
 
-def _communicator(path: str, client: Client | None) -> WebsocketCommunicator:
+def _communicator(path: str, client: Client | None, **cookies: str) -> WebsocketCommunicator:
     from config.asgi import application
 
     headers = [(b"origin", b"http://testserver"), (b"host", b"testserver")]
     if client is not None:
-        headers.append((b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode()))
+        cookies["sessionid"] = client.cookies["sessionid"].value
+    if cookies:
+        headers.append((b"cookie", "; ".join(f"{name}={value}" for name, value in cookies.items()).encode()))
     return WebsocketCommunicator(application, path, headers=headers)
 
 
@@ -234,11 +236,9 @@ def test_the_fleet_websocket_pushes_a_new_sandbox_then_its_changes(admin, pipeli
 @pytest.mark.django_db(transaction=True)
 def test_the_sandbox_websocket_renders_in_the_admins_language(admin, pipeline, bot, docker_engine) -> None:
     sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
-    admin.cookies["django_language"] = "fr"
 
     async def scenario() -> str:
-        communicator = _communicator(f"/ws/sandboxes/{sandbox.pk}/", admin)
-        communicator.scope["headers"].append((b"cookie", b"django_language=fr"))
+        communicator = _communicator(f"/ws/sandboxes/{sandbox.pk}/", admin, django_language="fr")
         await communicator.connect()
         message = await communicator.receive_from(timeout=10)
         await communicator.disconnect()
@@ -247,3 +247,58 @@ def test_the_sandbox_websocket_renders_in_the_admins_language(admin, pipeline, b
     message = asyncio.run(scenario())
     assert 'id="sandbox-status"' in message and 'id="events"' in message
     assert "sandbox.created" in message
+    assert "<dt>Bail</dt>" in message and "Prendre la main" in message  # Lease, Take over
+
+
+@pytest.mark.docker
+@pytest.mark.django_db(transaction=True)
+def test_two_admins_get_their_own_pushes(django_user_model, pipeline, bot, docker_engine) -> None:
+    """Each admin's websocket renders with that admin's CSRF token, never another's."""
+    import re
+
+    from django.middleware.csrf import _does_token_match  # the check Django itself applies
+
+    sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
+    secrets = {"alice": "a" * 32, "bob": "b" * 32}
+    clients = {}
+    for name in secrets:
+        client = Client()
+        client.force_login(django_user_model.objects.create_user(name, password="x", is_staff=True))
+        clients[name] = client
+
+    async def scenario() -> dict[str, str]:
+        communicators = {}
+        for name, client in clients.items():
+            communicator = _communicator(f"/ws/sandboxes/{sandbox.pk}/", client, csrftoken=secrets[name])
+            assert (await communicator.connect())[0]
+            await communicator.receive_from(timeout=10)  # the first render
+            communicators[name] = communicator
+        await database_sync_to_async(services.takeover_lease)(sandbox, bot, reason="check")
+        pushed = {}
+        for name, communicator in communicators.items():
+            message = await communicator.receive_from(timeout=10)
+            while 'id="sandbox-status"' not in message:
+                message = await communicator.receive_from(timeout=10)
+            pushed[name] = message
+            await communicator.disconnect()
+        return pushed
+
+    pushed = asyncio.run(scenario())
+    for name, message in pushed.items():
+        tokens = set(re.findall(r'name="csrfmiddlewaretoken" value="([^"]+)"', message))
+        assert tokens, message[:500]
+        for token in tokens:
+            assert _does_token_match(token, secrets[name])
+            other = "bob" if name == "alice" else "alice"
+            assert not _does_token_match(token, secrets[other])
+
+
+def test_usage_reads_as_a_cpu_share_and_memory() -> None:
+    from sandboxes.dashboard import usage_text
+    from sandboxes.runtime import Usage
+
+    before = Usage(cpu_ns=1_000_000_000, system_ns=10_000_000_000, online_cpus=2, memory_bytes=0, memory_limit_bytes=2**30)
+    after = Usage(cpu_ns=1_250_000_000, system_ns=12_000_000_000, online_cpus=2, memory_bytes=12 * 2**20, memory_limit_bytes=2**30)
+    assert usage_text(after, before) == "CPU 25.0% · memory 12.0 MiB of 1024 MiB"
+    assert usage_text(after, None) == "memory 12.0 MiB of 1024 MiB"
+    assert usage_text(None, before) == ""
