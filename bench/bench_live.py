@@ -9,7 +9,9 @@ each watching its table with a MutationObserver. A bot then takes its sandbox's 
 again and again (`POST /api/v1/sandboxes/{id}/lease/takeover`, a new holder name each time);
 each page notes the moment the new holder appears in the sandbox's row. Measured per page and
 change: from the moment the call was sent, and from the moment its answer came back (the change
-is committed before the answer leaves, so a page can see it a moment before the answer).
+is committed before the answer leaves, so a page can see it a moment before the answer); and,
+to tell the server's share from the browser's, from the call to the moment the websocket frame
+reached the page's script (htmx's `htmx:wsBeforeMessage`, before the swap).
 
 Raw Docker, interleaved with those rounds: a docker-py `events()` subscriber and a running
 container of the same image; `docker pause`/`unpause` of it alternately, timed from the call to
@@ -42,12 +44,17 @@ from bench_core import DEFAULT_IMAGE, Stats
 PASSWORD = "a-bench-password-1"
 WATCH = """
 window.__seen = {};
+window.__arrived = {};
+document.addEventListener('htmx:wsBeforeMessage', (event) => {
+  const found = String(event.detail.message).match(/bench-holder-[0-9]+/);
+  if (found && !(found[0] in window.__arrived)) window.__arrived[found[0]] = Date.now();
+});
 new MutationObserver(() => {
   for (const cell of document.querySelectorAll('#fleet-rows td')) {
     const found = cell.textContent.match(/bench-holder-[0-9]+/);
     if (found && !(found[0] in window.__seen)) window.__seen[found[0]] = Date.now();
   }
-}).observe(document.documentElement, {subtree: true, childList: true, characterData: true});
+}).observe(document, {subtree: true, childList: true, characterData: true});
 """
 
 
@@ -59,7 +66,11 @@ def measure(args: argparse.Namespace, deployment: str, data_dir: Path) -> dict[s
     from django.contrib.auth import get_user_model  # Django was set up by prepare()
 
     get_user_model().objects.create_user("bench-admin", password=PASSWORD, is_staff=True)
+    # The raw baseline's container carries the deployment label (for the clean-up) and lives
+    # through the whole run: the server's reconciler must not take it for an orphan.
+    env["BOXYARD_RECONCILE_GRACE_SECONDS"] = "86400"
     since_send, since_answer, raw_ms = Stats("from the call"), Stats("from the answer"), Stats("raw")
+    frames = Stats("from the call to the websocket frame")
     with daphne(env, data_dir, embedded_worker=True) as server:
         bot = httpx.Client(base_url=f"{server.base_url}/api/v1", timeout=60,
                            headers={"Authorization": f"Bearer {token}"})
@@ -107,7 +118,8 @@ def measure(args: argparse.Namespace, deployment: str, data_dir: Path) -> dict[s
                         raise RuntimeError(f"takeover failed: {answer.status_code} {answer.text}")
                     seen = _wait_seen(pages, holder, args.timeout)
                     if change >= args.warmup:
-                        for moment in seen:
+                        for arrived, moment in seen:
+                            frames.samples_ms.append(arrived - sent * 1000)
                             since_send.samples_ms.append(moment - sent * 1000)
                             since_answer.samples_ms.append(moment - answered * 1000)
                 time.sleep(args.pause)
@@ -116,22 +128,26 @@ def measure(args: argparse.Namespace, deployment: str, data_dir: Path) -> dict[s
             browser.close()
         raw.remove(container, volume)
         bot.close()
-    return {"env": env_info, "send": since_send, "answer": since_answer, "raw": raw_ms}
+    return {"env": env_info, "send": since_send, "answer": since_answer, "frame": frames, "raw": raw_ms}
 
 
-def _wait_seen(pages: list[Any], holder: str, timeout: float) -> list[float]:
-    """When each page showed `holder` (epoch ms), waiting for all of them."""
+def _wait_seen(pages: list[Any], holder: str, timeout: float) -> list[tuple[float, float]]:
+    """When `holder`'s websocket frame reached each page, and when the page showed it (epoch
+    ms), waiting for all of them. The pages note the moments themselves; asking them is left
+    until they have had time to, so that the asking (a round trip to the browser per page)
+    does not slow the pages it measures."""
     deadline = time.monotonic() + timeout
-    seen: dict[int, float] = {}
+    seen: dict[int, tuple[float, float]] = {}
+    time.sleep(1.5)
     while len(seen) < len(pages):
         for index, page in enumerate(pages):
             if index not in seen:
-                moment = page.evaluate(f"window.__seen['{holder}']")
-                if moment is not None:
-                    seen[index] = float(moment)
+                arrived, shown = page.evaluate(f"[window.__arrived['{holder}'], window.__seen['{holder}']]")
+                if arrived is not None and shown is not None:
+                    seen[index] = (float(arrived), float(shown))
         if time.monotonic() > deadline:
             raise RuntimeError(f"{len(pages) - len(seen)} dashboards never showed {holder}")
-        time.sleep(0.05)
+        time.sleep(0.25)
     return list(seen.values())
 
 
@@ -157,13 +173,14 @@ def _raw_change(raw: Any, container: str, events: queue.Queue[float], pause: boo
 
 
 def report(result: dict[str, Any], args: argparse.Namespace) -> None:
-    send, answer, raw = result["send"], result["answer"], result["raw"]
+    send, answer, frame, raw = result["send"], result["answer"], result["frame"], result["raw"]
     print(f"a change reaching {args.dashboards} open dashboards ({args.changes} changes, "
           f"{send.n} page observations)")
     print(f"  {'':<62} {'p50':>8} {'p90':>8} {'p99':>8} {'max':>8}")
     for label, stats in (
         ("Boxyard: from the bot's call to the row on the page", send),
         ("Boxyard: from the call's answer to the row on the page", answer),
+        ("Boxyard: from the bot's call to the frame reaching the page", frame),
         ("raw Docker: from pause/unpause to the events() subscriber", raw),
     ):
         p50, p90, p99 = stats.percentiles()
@@ -193,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             "config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
             "from_call": result["send"].summary(),
             "from_answer": result["answer"].summary(),
+            "from_call_to_frame": result["frame"].summary(),
             "raw_docker_events": result["raw"].summary(),
         }
         args.json.write_text(json.dumps(payload, indent=2) + "\n")

@@ -38,3 +38,12 @@ application = ProtocolTypeRouter(
         "websocket": SameOriginWebsockets(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )
+
+# Load the URL conf (and with it every view) now rather than on the first request, then take
+# everything start-up made out of the garbage collector's way (see boxyard.heap).
+from django.urls import get_resolver  # noqa: E402
+
+from boxyard import heap  # noqa: E402
+
+get_resolver().url_patterns
+heap.settle()

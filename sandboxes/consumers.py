@@ -9,7 +9,9 @@ origins are checked by the router (`config.asgi`).
 import asyncio
 import json
 import time
-from typing import Any
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Callable
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
@@ -24,7 +26,7 @@ from django.utils import translation
 from boxyard.actors import Actor
 from boxyard.errors import BoxyardError
 from boxyard.web import is_admin
-from sandboxes import dashboard, live
+from sandboxes import dashboard, live, metrics
 from sandboxes.charts import fleet_charts as charts_for
 from sandboxes.services import terminal as terminal_service
 
@@ -77,7 +79,13 @@ class DashboardConsumer(AsyncWebsocketConsumer):
 
 
 class FleetConsumer(DashboardConsumer):
-    """The fleet table of one filter: rows change, appear and leave as sandboxes do."""
+    """The fleet table of one filter: rows change, appear and leave as sandboxes do.
+
+    Every fleet page of this process hears the same message: the sandbox is read and its row
+    rendered once per message and language (`_shared`), and each page only decides whether the
+    row replaces, joins or leaves its table. The charts, too, are drawn once per sample,
+    language and pipeline filter.
+    """
 
     def joined_groups(self) -> list[str]:
         return [live.FLEET]
@@ -87,35 +95,89 @@ class FleetConsumer(DashboardConsumer):
         self.filter = dashboard.FleetFilter.from_query(query)
         rows = dashboard.fleet_rows(self.filter)
         self.shown = {str(row.pk) for row in rows}
-        return self.render("sandboxes/_fleet_rows.html", {"rows": rows}) + self._counters()
+        self.counters = self._counters()
+        return (self.render("sandboxes/_fleet_rows.html", {"rows": rows})
+                + self.render("sandboxes/_fleet_empty.html", {"rows": rows}) + self.counters)
 
-    def render_change(self, sandbox_id: str) -> str:
-        sandbox = dashboard.fleet_row(sandbox_id)
-        counters = self._counters()
-        if sandbox is None or not self.filter.matches(sandbox):
-            if sandbox_id in self.shown:
-                self.shown.discard(sandbox_id)
-                return f'<tr id="sandbox-{sandbox_id}" hx-swap-oob="delete"></tr>' + counters
-            return counters
-        row = self.render("sandboxes/_fleet_row.html", {"sandbox": sandbox})
+    async def sandbox_changed(self, message: dict[str, Any]) -> None:
+        sandbox_id = message["sandbox"]
+        change = await _shared((message, self.language), self.render_change_for_all, sandbox_id)
+        # The counters and totals go only when they moved: most changes (a lease, an activity)
+        # move none, and the page then swaps the row alone.
+        counters = "" if change.counters == self.counters else change.counters
+        self.counters = change.counters
+        if change.row is None or not self.filter.matches(change.sandbox):
+            if sandbox_id not in self.shown:
+                await self.send_html(counters)
+                return
+            self.shown.discard(sandbox_id)
+            empty = "" if self.shown else change.empty
+            await self.send_html(f'<tr id="sandbox-{sandbox_id}" hx-swap-oob="delete"></tr>{empty}{counters}')
+            return
         if sandbox_id in self.shown:
-            return row + counters
+            await self.send_html(change.row + counters)
+            return
         self.shown.add(sandbox_id)
-        inserted = row.replace(' hx-swap-oob="true"', "", 1)
-        empty_gone = '<p id="fleet-empty" hx-swap-oob="delete"></p>' if len(self.shown) == 1 else ""
-        return f'<tbody hx-swap-oob="afterbegin:#fleet-rows">{inserted}</tbody>{empty_gone}{counters}'
+        inserted = change.row.replace(' hx-swap-oob="true"', "", 1)
+        not_empty = change.not_empty if len(self.shown) == 1 else ""
+        await self.send_html(f'<tbody hx-swap-oob="afterbegin:#fleet-rows">{inserted}</tbody>{not_empty}{counters}')
+
+    def render_change_for_all(self, sandbox_id: str) -> "RenderedChange":
+        sandbox = dashboard.fleet_row(sandbox_id)
+        row = self.render("sandboxes/_fleet_row.html", {"sandbox": sandbox}) if sandbox is not None else None
+        return RenderedChange(
+            sandbox=sandbox, row=row, counters=self._counters(),
+            empty=self.render("sandboxes/_fleet_empty.html", {"rows": []}),
+            not_empty=self.render("sandboxes/_fleet_empty.html", {"rows": [sandbox]}),
+        )
 
     def _counters(self) -> str:
-        return self.render("sandboxes/_fleet_counters.html", {"counts": dashboard.state_counts()})
+        """The counts by state and the totals since the start, as they are after a change."""
+        counts = self.render("sandboxes/_fleet_counters.html", {"counts": dashboard.state_counts()})
+        return counts + self._totals()
 
     async def fleet_sampled(self, message: dict[str, Any]) -> None:
-        html = await database_sync_to_async(self.render_charts)()
-        await self.send_html(html)
+        await self.send_html(await _shared((message, self.language, self.filter.pipeline), self.render_charts))
 
     def render_charts(self) -> str:
+        """The charts, new with each fleet sample, and the totals."""
         with translation.override(self.language):
             charts = charts_for(self.filter.pipeline)
-        return self.render("sandboxes/_charts.html", {"charts": charts})
+        return self.render("sandboxes/_charts.html", {"charts": charts}) + self._totals()
+
+    def _totals(self) -> str:
+        return self.render("sandboxes/_totals.html", {"totals": metrics.snapshot(write=False)["overall"]})
+
+
+@dataclass(frozen=True)
+class RenderedChange:
+    """One sandbox's change as every fleet page in one language shows it (no per-admin part:
+    a fleet row holds no form)."""
+
+    sandbox: Any
+    row: str | None
+    counters: str
+    empty: str  # the "No sandboxes." line shown, for a table whose last row left
+    not_empty: str  # and hidden, for a table that gets its first row
+
+
+_rendered: OrderedDict[tuple[Any, ...], asyncio.Future[Any]] = OrderedDict()
+_RENDERED_KEPT = 256
+
+
+async def _shared(key: tuple[Any, ...], render: Callable[..., Any], *args: Any) -> Any:
+    """`render(*args)` once for all the pages that ask with the same key, a message (by its
+    id) and what else makes the result differ: the first page to ask starts it (a task of its
+    own, in a thread, so a page that leaves meanwhile cancels nothing); the others wait for it."""
+    message, *rest = key
+    key = (message.get("id") or object(), *rest)  # a message without an id is not shared
+    task = _rendered.get(key)
+    if task is None:
+        task = asyncio.ensure_future(database_sync_to_async(render)(*args))
+        _rendered[key] = task
+        while len(_rendered) > _RENDERED_KEPT:
+            _rendered.popitem(last=False)
+    return await asyncio.shield(task)
 
 
 class SandboxConsumer(DashboardConsumer):

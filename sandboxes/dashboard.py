@@ -47,8 +47,17 @@ class FleetFilter:
             sandboxes = sandboxes.filter(scope_key__icontains=self.text)
         return sandboxes
 
-    def matches(self, sandbox: Sandbox) -> bool:
-        return self.apply(Sandbox.objects.filter(pk=sandbox.pk)).exists()
+    def matches(self, sandbox: Sandbox | None) -> bool:
+        """`apply` for one sandbox already read with its pipeline, without asking the database."""
+        if sandbox is None:
+            return False
+        if self.pipeline and sandbox.pipeline.slug != self.pipeline:
+            return False
+        if self.state == "live" and sandbox.state == State.DESTROYED:
+            return False
+        if self.state not in ("live", "all") and sandbox.state != self.state:
+            return False
+        return not self.text or self.text.lower() in sandbox.scope_key.lower()
 
     def query_string(self) -> str:
         from urllib.parse import urlencode

@@ -14,6 +14,7 @@ whose consumers can receive it.
 import asyncio
 import logging
 import threading
+import uuid
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -41,13 +42,16 @@ def serve_from(loop: asyncio.AbstractEventLoop) -> None:
 
 def changed(sandbox_id: object, pipeline_id: object = None) -> None:
     """Say that a sandbox changed, once the current transaction commits."""
-    message = {"type": "sandbox.changed", "sandbox": str(sandbox_id), "pipeline": pipeline_id}
+    # The id lets every consumer of a process render one message once (see consumers).
+    message = {"type": "sandbox.changed", "sandbox": str(sandbox_id), "pipeline": pipeline_id,
+               "id": uuid.uuid4().hex}
     transaction.on_commit(lambda: _send([FLEET, sandbox_group(sandbox_id)], message), robust=True)
 
 
 def sampled() -> None:
     """Say that a new fleet sample was taken (the charts), once the transaction commits."""
-    transaction.on_commit(lambda: _send([FLEET], {"type": "fleet.sampled"}), robust=True)
+    message = {"type": "fleet.sampled", "id": uuid.uuid4().hex}
+    transaction.on_commit(lambda: _send([FLEET], message), robust=True)
 
 
 def _send(groups: list[str], message: dict[str, Any]) -> None:

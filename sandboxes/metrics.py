@@ -132,10 +132,13 @@ def _bound(bound: float) -> str:
 # --- reading ----------------------------------------------------------------------------------
 
 
-def snapshot(pipeline: Pipeline | None = None) -> dict[str, Any]:
+def snapshot(pipeline: Pipeline | None = None, *, write: bool = True) -> dict[str, Any]:
     """Every metric, per pipeline and overall: what the dashboard and the JSON API show.
-    Counts of this process not yet written are included."""
-    flush()
+    Counts of this process not yet written are included: written first, or, with `write`
+    false (the dashboard's pushes, which must not queue behind the API for the database's
+    write lock), added from memory; counts of other processes come in within FLUSH_SECONDS."""
+    if write:
+        flush()
     totals = MetricTotal.objects.all()
     sandboxes = Sandbox.objects.exclude(state=State.DESTROYED)
     if pipeline is not None:
@@ -144,6 +147,12 @@ def snapshot(pipeline: Pipeline | None = None) -> dict[str, Any]:
     per: dict[str, dict[str, Any]] = defaultdict(_empty)
     for name, slug, label, value in totals.values_list("name", "pipeline", "label", "value"):
         _put(per[slug], name, label, value)
+    if not write:
+        with _lock:
+            unwritten = list(_pending.items())
+        for (name, slug, label), value in unwritten:
+            if pipeline is None or slug == pipeline.slug:
+                _put(per[slug], name, label, value)
     for slug, state, pooled, number in (
         sandboxes.values_list("pipeline__slug", "state", "pooled").annotate(n=Count("pk"))
     ):

@@ -37,7 +37,7 @@ def fleet(request: HttpRequest) -> HttpResponse:
         "filter": chosen,
         "rows": dashboard.fleet_rows(chosen),
         "counts": dashboard.state_counts(),
-        "totals": metrics.snapshot()["overall"],
+        "totals": metrics.snapshot(write=False)["overall"],
         "charts": fleet_charts(chosen.pipeline),
         "pipelines": Pipeline.objects.order_by("slug").values_list("slug", flat=True),
         "states": [state for state in State if state != State.DESTROYED],

@@ -158,3 +158,11 @@ def test_server_sent_events_leave_as_the_output_comes(
     assert events[-1].startswith("event: exit")
     sent_at = [float(at) for at in headers["x-test-body-times"].split(",")]
     assert sent_at[-1] - sent_at[0] >= 0.6, "the events left all at once, not as produced"
+
+
+def test_what_start_up_made_is_out_of_the_collectors_way() -> None:
+    import gc
+
+    # config.asgi (imported above, as daphne imports it) froze the start-up heap: full
+    # collections, which stall every request while they run, no longer walk it.
+    assert gc.get_freeze_count() > 50_000

@@ -4,6 +4,7 @@ a real browser is tests/test_browser.py.)"""
 
 import asyncio
 import json
+import re
 from typing import Any
 
 import pytest
@@ -117,6 +118,29 @@ def _pipeline_form(**changes: str) -> dict[str, str]:
 # --- the fleet and a sandbox --------------------------------------------------------------------
 
 
+@pytest.mark.django_db
+def test_a_filter_matches_a_loaded_sandbox_as_its_query_does(make_pipeline) -> None:
+    from sandboxes.dashboard import FleetFilter
+
+    support, billing = make_pipeline(slug="support"), make_pipeline(slug="billing")
+    for number, (pipeline, state) in enumerate(
+        [(support, State.RUNNING), (support, State.STOPPED), (billing, State.DESTROYED), (billing, State.ERROR)]
+    ):
+        Sandbox.objects.create(pipeline=pipeline, scope_key=f"Group_{number}", state=state,
+                               retention="temporary", image="x", volume_name=f"v{number}")
+    sandboxes = list(Sandbox.objects.select_related("pipeline"))
+    filters = [
+        FleetFilter(pipeline=slug, state=state, text=text)
+        for slug in ("", "support", "billing", "nobody")
+        for state in ("live", "all", State.RUNNING, State.DESTROYED)
+        for text in ("", "group_1", "GROUP", "zzz")
+    ]
+    for chosen in filters:
+        queried = set(chosen.apply(Sandbox.objects.all()).values_list("pk", flat=True))
+        assert {s.pk for s in sandboxes if chosen.matches(s)} == queried, chosen
+    assert not FleetFilter().matches(None)
+
+
 @pytest.mark.docker
 @pytest.mark.django_db
 def test_the_fleet_lists_and_filters_sandboxes(admin, pipeline, make_pipeline, bot, docker_engine) -> None:
@@ -218,6 +242,7 @@ def test_the_fleet_websocket_pushes_a_new_sandbox_then_its_changes(admin, pipeli
         assert connected
         first = await communicator.receive_from(timeout=10)
         assert 'id="fleet-rows"' in first and "sandbox-" not in first
+        assert '<p id="fleet-empty" class="muted" hx-swap-oob="true">' in first
         opened = await database_sync_to_async(services.open_sandbox)(pipeline, CHAT, bot)
         pushed = [await communicator.receive_from(timeout=10)]
         await database_sync_to_async(services.close_sandbox)(opened.sandbox, bot, delete_workspace=True)
@@ -228,8 +253,68 @@ def test_the_fleet_websocket_pushes_a_new_sandbox_then_its_changes(admin, pipeli
 
     pushed = asyncio.run(scenario())
     assert 'hx-swap-oob="afterbegin:#fleet-rows"' in pushed[0] and "group_123456" in pushed[0]
-    assert '<p id="fleet-empty" hx-swap-oob="delete">' in pushed[0]
+    assert '<p id="fleet-empty" class="muted" hidden hx-swap-oob="true">' in pushed[0]
+    assert '<section id="fleet-totals"' in pushed[0]
+    assert re.search(r"<dt>Created</dt><dd>1</dd>", pushed[0])  # the totals move with the fleet
     assert any('hx-swap-oob="delete"' in message and "sandbox-" in message for message in pushed)
+    # the last row left: the table says it is empty again
+    assert '<p id="fleet-empty" class="muted" hx-swap-oob="true">' in pushed[-1]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_fleet_pages_share_one_read_of_a_change_and_keep_their_own_filters(admin, make_pipeline, monkeypatch) -> None:
+    from sandboxes import dashboard, live
+
+    billing = make_pipeline(slug="billing")
+    sandbox = Sandbox.objects.create(pipeline=billing, scope_key="group_7", state=State.RUNNING,
+                                     retention="temporary", image="x", volume_name="v7")
+    reads: list[str] = []
+    fleet_row = dashboard.fleet_row
+    monkeypatch.setattr(dashboard, "fleet_row", lambda pk: reads.append(pk) or fleet_row(pk))
+
+    async def scenario() -> tuple[list[str], list[str | None]]:
+        pages = [_communicator(f"/ws/fleet/?{query}", admin) for query in
+                 ("state=live", "pipeline=billing", "pipeline=support", "state=live&q=group_7")]
+        for page in pages:
+            assert (await page.connect())[0]
+            await page.receive_from(timeout=10)
+        await database_sync_to_async(Sandbox.objects.filter(pk=sandbox.pk).update)(state=State.STOPPED)
+        await database_sync_to_async(live.changed)(sandbox.pk)
+        stopped = [await page.receive_from(timeout=10) for page in pages]
+        await database_sync_to_async(live.changed)(sandbox.pk)  # nothing moved this time
+        again = [None if await page.receive_nothing(timeout=1) else await page.receive_from()
+                 for page in pages]
+        for page in pages:
+            await page.disconnect()
+        return stopped, again
+
+    stopped, again = asyncio.run(scenario())
+    assert reads == [str(sandbox.pk)] * 2  # once per change, not once per page
+    row = f'id="sandbox-{sandbox.pk}"'
+    everything, billing_page, support_page, searched = stopped
+    assert row in everything and row in billing_page and row in searched and row not in support_page
+    assert all('id="fleet-counters"' in page for page in stopped)  # one more stopped, one less running
+    everything, billing_page, support_page, searched = again
+    assert support_page is None  # neither its table nor its counters changed: nothing is sent
+    assert row in everything and 'id="fleet-counters"' not in everything
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_fleet_sample_redraws_the_charts_and_totals(admin, pipeline) -> None:
+    from sandboxes.services.sampling import sample_fleet
+
+    async def scenario() -> str:
+        communicator = _communicator("/ws/fleet/?state=live", admin)
+        assert (await communicator.connect())[0]
+        await communicator.receive_from(timeout=10)
+        await database_sync_to_async(sample_fleet)()
+        pushed = await communicator.receive_from(timeout=10)
+        await communicator.disconnect()
+        return pushed
+
+    pushed = asyncio.run(scenario())
+    assert '<section id="fleet-charts"' in pushed and '<section id="fleet-totals"' in pushed
+    assert pushed.count('hx-swap-oob="true"') == 2
 
 
 @pytest.mark.docker

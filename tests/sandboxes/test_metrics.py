@@ -109,3 +109,18 @@ def test_counts_reach_the_database_without_being_read(monkeypatch, make_pipeline
         assert time.monotonic() < deadline, "the counts were not written"
         time.sleep(0.05)
     assert MetricTotal.objects.get(name="boxyard_sandboxes_reused_total", pipeline="support").value == 2
+
+
+def test_a_reading_that_must_not_write_adds_the_unwritten_counts_from_memory(make_pipeline) -> None:
+    metrics.count("boxyard_sandboxes_created_total", "support")
+    metrics.flush()
+    metrics.count("boxyard_sandboxes_created_total", "support", amount=2)
+    metrics.count("boxyard_sandboxes_created_total", "billing")
+    metrics.count("boxyard_sandboxes_cleaned_total", "support", "idle")
+    read = metrics.snapshot(write=False)
+    assert read["overall"]["created"] == 4 and read["overall"]["cleaned"] == {"idle": 1}
+    assert MetricTotal.objects.get(name="boxyard_sandboxes_created_total", pipeline="support").value == 1
+    support = make_pipeline(slug="support")
+    assert metrics.snapshot(support, write=False)["overall"]["created"] == 3
+    assert metrics.snapshot()["overall"]["created"] == 4  # now written
+    assert MetricTotal.objects.get(name="boxyard_sandboxes_created_total", pipeline="support").value == 3
