@@ -1,8 +1,12 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"reflect"
+	"sync"
 	"testing"
+	"time"
 )
 
 func TestParseExportsReadsBashAndBusyboxForms(t *testing.T) {
@@ -76,5 +80,45 @@ func TestKeepCapCountsWhatItDrops(t *testing.T) {
 	status := e.status()
 	if status["dropped_bytes"] != 4 || status["stdout_bytes"] != 8 || status["last_seq"] != 2 {
 		t.Fatalf("status: %v", status)
+	}
+}
+
+// A command's last output can still sit in its pipe when its status arrives and the readers
+// are told to stop (a read deadline in the past): what is left must be read, not dropped.
+func TestSettleKeepsWhatThePipesStillHold(t *testing.T) {
+	dir := t.TempDir()
+	paths := []string{filepath.Join(dir, "o"), filepath.Join(dir, "e")}
+	var pipes []*os.File
+	for _, path := range paths {
+		pipe, err := openFifo(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pipes = append(pipes, pipe)
+	}
+	// Written before any reader runs, as a command's last words are written before its status.
+	writers := make([]*os.File, 2)
+	for i, path := range paths {
+		w, err := os.OpenFile(path, os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		writers[i] = w
+		defer w.Close()
+	}
+	writers[0].Write([]byte("last words\n"))
+	writers[1].Write([]byte("sh: can't fork\n"))
+	e := newExec("x", "default", false, 1<<20)
+	var readers sync.WaitGroup
+	for _, pipe := range pipes {
+		pipe.SetReadDeadline(time.Now()) // the readers are stopped before they read anything
+	}
+	readers.Add(2)
+	go readInto(e, "stdout", pipes[0], &readers)
+	go readInto(e, "stderr", pipes[1], &readers)
+	settle(e, pipes, paths, &readers)
+	stdout, stderr := e.head(1024)
+	if string(stdout) != "last words\n" || string(stderr) != "sh: can't fork\n" {
+		t.Fatalf("stdout %q, stderr %q", stdout, stderr)
 	}
 }

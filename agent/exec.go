@@ -452,8 +452,12 @@ func incompleteTail(data []byte) int {
 	return 0
 }
 
-// drainNow reads what a pipe holds right now without waiting for more.
+// drainNow reads what a pipe holds right now without waiting for more. Its callers have just
+// stopped the pipe's reader with a read deadline in the past; a deadline that has passed makes
+// the runtime refuse every read, this one too, so it is cleared first (the read below never
+// waits: the pipe is non-blocking and an empty one ends it).
 func drainNow(e *Exec, stream string, f *os.File) {
+	f.SetReadDeadline(time.Time{})
 	raw, err := f.SyscallConn()
 	if err != nil {
 		return

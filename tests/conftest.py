@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from django.conf import settings
+from django.db import connection
 
 from pipelines.models import Pipeline
 from sandboxes import metrics
@@ -123,3 +124,15 @@ def wait_for(condition: Callable[[], bool], seconds: float, why: Callable[[], st
             raise AssertionError(f"not done within {seconds} s\n{why()}")
         time.sleep(0.1)
     return time.monotonic() - started
+
+
+def database_url() -> str:
+    """The test database as a `DATABASE_URL`, for the servers and workers a test starts in
+    processes of their own."""
+    config = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{config['NAME']}"
+    return (
+        f"postgres://{config['USER']}:{config['PASSWORD']}@{config['HOST'] or 'localhost'}:"
+        f"{config['PORT'] or 5432}/{config['NAME']}"
+    )

@@ -22,9 +22,8 @@ from typing import Any
 import httpx
 import pytest
 from django.conf import settings
-from django.db import connection
 
-from tests.conftest import DEPLOYMENT, wait_for
+from tests.conftest import DEPLOYMENT, database_url, wait_for
 
 pytestmark = [
     pytest.mark.docker,
@@ -47,15 +46,6 @@ class Server:
         return self.log.read_text(errors="replace")[-4000:] if self.log.exists() else ""
 
 
-def _database_url() -> str:
-    config = connection.settings_dict
-    if connection.vendor == "sqlite":
-        return f"sqlite:///{config['NAME']}"
-    return (
-        f"postgres://{config['USER']}:{config['PASSWORD']}@{config['HOST'] or 'localhost'}:"
-        f"{config['PORT'] or 5432}/{config['NAME']}"
-    )
-
 
 @pytest.fixture
 def server(tmp_path: Path, docker_engine: Any) -> Iterator[Server]:
@@ -67,7 +57,7 @@ def server(tmp_path: Path, docker_engine: Any) -> Iterator[Server]:
     env = dict(os.environ)
     env.update(
         DJANGO_SETTINGS_MODULE="config.settings",
-        DATABASE_URL=_database_url(),
+        DATABASE_URL=database_url(),
         BOXYARD_DEPLOYMENT=DEPLOYMENT,
         BOXYARD_DATA_DIR=str(tmp_path / "data"),
         BOXYARD_ALLOWED_HOSTS="127.0.0.1",

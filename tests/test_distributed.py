@@ -15,11 +15,10 @@ from typing import Any
 import httpx
 import pytest
 from django.conf import settings
-from django.db import connection
 
 from pipelines.models import PipelineToken
 from sandboxes.models import Sandbox, State
-from tests.conftest import CHAT, DEPLOYMENT, wait_for
+from tests.conftest import CHAT, DEPLOYMENT, database_url, wait_for
 from tests.sandboxes.test_reconcile import assert_converged
 
 pytestmark = [
@@ -82,13 +81,6 @@ class Cluster:
         return "\n".join(f"--- {p.name}\n{p.tail()}" for p in self.processes.values())
 
 
-def _database_url() -> str:
-    config = connection.settings_dict
-    return (
-        f"postgres://{config['USER']}:{config['PASSWORD']}@{config['HOST'] or 'localhost'}:"
-        f"{config['PORT'] or 5432}/{config['NAME']}"
-    )
-
 
 @pytest.fixture
 def cluster(tmp_path: Path, docker_engine: Any) -> Iterator[Cluster]:
@@ -96,7 +88,7 @@ def cluster(tmp_path: Path, docker_engine: Any) -> Iterator[Cluster]:
     env = dict(os.environ)
     env.update(
         DJANGO_SETTINGS_MODULE="config.settings",
-        DATABASE_URL=_database_url(),
+        DATABASE_URL=database_url(),
         REDIS_URL=settings.REDIS_URL,
         BOXYARD_DEPLOYMENT=DEPLOYMENT,
         BOXYARD_DATA_DIR=str(tmp_path / "data"),

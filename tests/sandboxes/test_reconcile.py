@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 
 from boxyard import chaos
 from boxyard.actors import SYSTEM
@@ -22,7 +22,7 @@ from sandboxes.runtime import LABEL_DEPLOYMENT, LABEL_GENERATION, LABEL_SANDBOX,
 from sandboxes.services import containers
 from sandboxes.services.creating import create_row
 from sandboxes.services.reconciling import reconcile
-from tests.conftest import CHAT, DEPLOYMENT
+from tests.conftest import CHAT, DEPLOYMENT, database_url
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
 
@@ -71,7 +71,7 @@ def in_subprocess(code: str, crash_at: str) -> int:
         BOXYARD_CRASH_AT=crash_at,
         BOXYARD_DEPLOYMENT=DEPLOYMENT,
         DJANGO_SETTINGS_MODULE="config.settings",
-        DATABASE_URL=_database_url(),
+        DATABASE_URL=database_url(),
         BOXYARD_DATA_DIR=str(settings.DATA_DIR),
     )
     script = "import django; django.setup()\n" + code
@@ -82,15 +82,6 @@ def in_subprocess(code: str, crash_at: str) -> int:
         raise AssertionError(f"the subprocess failed ({done.returncode}):\n{done.stderr[-3000:]}")
     return done.returncode
 
-
-def _database_url() -> str:
-    config = connection.settings_dict
-    if connection.vendor == "sqlite":
-        return f"sqlite:///{config['NAME']}"
-    return (
-        f"postgres://{config['USER']}:{config['PASSWORD']}@{config['HOST'] or 'localhost'}:"
-        f"{config['PORT'] or 5432}/{config['NAME']}"
-    )
 
 
 # --- the decision table, one case at a time ----------------------------------------------------
