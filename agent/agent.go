@@ -210,7 +210,7 @@ func (a *Agent) runFresh(e *Exec, req *request) {
 	if cwd == "" {
 		cwd = "/workspace"
 	}
-	if info, err := os.Stat(cwd); err != nil || !info.IsDir() {
+	if !isDirAsSandbox(cwd) {
 		e.append("stderr", []byte(fmt.Sprintf("boxyard: cwd %s is not a directory\n", cwd)))
 		e.finish(210, false, false, "", "")
 		return
@@ -243,12 +243,13 @@ func failToStart(e *Exec, err error) {
 	e.finish(code, false, false, "", errorText(err))
 }
 
-// watchTimeout kills the exec's process tree when its timeout passes; the returned function
-// says whether it did.
+// watchTimeout kills the exec's processes when its timeout passes; the returned function
+// says whether it did. What the command leaves behind is killed then too (Exec.finish).
 func watchTimeout(e *Exec, seconds float64) func() bool {
 	if seconds <= 0 {
 		return func() bool { return false }
 	}
+	e.limit(seconds)
 	var mu sync.Mutex
 	fired := false
 	timer := time.AfterFunc(time.Duration(seconds*float64(time.Second)), func() {
@@ -268,6 +269,40 @@ func watchTimeout(e *Exec, seconds float64) func() bool {
 		defer mu.Unlock()
 		return fired
 	}
+}
+
+// --- reset -------------------------------------------------------------------------------------
+
+// reset ends every process of the sandbox user, whatever it is and however it hid (it works
+// with the sandbox at its pids limit: killing forks nothing). Running commands end as
+// killed; sessions start a new shell at their next command, with their last state; managed
+// processes start again at once. The workspace is not touched.
+func (a *Agent) reset() int {
+	a.mu.Lock()
+	running := make([]*Exec, 0)
+	for _, e := range a.execs {
+		running = append(running, e)
+	}
+	processes := make([]*Process, 0, len(a.processes))
+	for _, p := range a.processes {
+		processes = append(processes, p)
+	}
+	a.mu.Unlock()
+	for _, e := range running {
+		e.mu.Lock()
+		if !e.finished && e.killer != nil {
+			e.killed = true
+		}
+		e.mu.Unlock()
+	}
+	killed := killSandboxUser()
+	for _, p := range processes {
+		select {
+		case p.now <- struct{}{}:
+		default:
+		}
+	}
+	return killed
 }
 
 // --- sessions ----------------------------------------------------------------------------------
@@ -336,6 +371,7 @@ type Process struct {
 	backoff time.Duration
 	stop    chan struct{}
 	stopped bool
+	now     chan struct{} // a reset: start again now, not after the backoff
 }
 
 func (a *Agent) startProcess(req *request) (reply, error) {
@@ -356,7 +392,8 @@ func (a *Agent) startProcess(req *request) (reply, error) {
 		generation = p.gen // a new start continues the numbering: exec ids stay unique
 		p.mu.Unlock()
 	}
-	p := &Process{agent: a, name: req.Name, req: *req, state: "starting", stop: make(chan struct{}), gen: generation}
+	p := &Process{agent: a, name: req.Name, req: *req, state: "starting", stop: make(chan struct{}),
+		now: make(chan struct{}, 1), gen: generation}
 	a.processes[req.Name] = p
 	a.mu.Unlock()
 	started := make(chan struct{})
@@ -402,6 +439,7 @@ func (p *Process) supervise(started chan struct{}) {
 		} else {
 			code, err = sp.wait(e, 200*time.Millisecond)
 			e.finish(code, false, false, "", errorText(err))
+			killTag(e.tag, syscall.SIGKILL) // a run's leftovers never meet the next run
 		}
 		p.mu.Lock()
 		p.last = &code
@@ -424,6 +462,8 @@ func (p *Process) supervise(started chan struct{}) {
 		p.mu.Unlock()
 		select {
 		case <-time.After(backoff):
+		case <-p.now:
+			backoff = time.Second / 2 // doubled below: the next failure waits a second
 		case <-p.stop:
 			p.mu.Lock()
 			p.state = "stopped"

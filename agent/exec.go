@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +17,7 @@ const (
 	maxFinished   = 500      // finished execs kept for late readers; the oldest go first
 	readChunk     = 32 << 10
 	defaultOutput = 64 << 10 // most bytes an `output` answer carries unless asked
+	stderrReserve = 64 << 10 // stderr kept beyond the exec's cap, so a flood never hides it
 )
 
 type chunk struct {
@@ -43,6 +42,7 @@ type Exec struct {
 	mu          sync.Mutex
 	chunks      []chunk
 	keptBytes   int
+	keptStderr  int
 	keep        int
 	dropped     int
 	bytes       map[string]int
@@ -61,6 +61,17 @@ type Exec struct {
 	killer      func(sig syscall.Signal)
 	done        chan struct{}
 	changed     chan struct{} // closed (and replaced) at every new chunk and at the end
+
+	// The tag of the command's processes (see contain.go). ownsTag: the tag is this exec's
+	// alone, so what carries it after the command ended is what the command left behind
+	// (every exec but a session's shell command, which shares its shell's tag unless it
+	// left processes running). They are killed when the deadline passes, or on `kill`.
+	tag       uint32
+	ownsTag   bool
+	deadline  time.Time
+	oomBefore int
+	oomKilled bool
+	leftovers int
 }
 
 type stdinWrite struct {
@@ -76,7 +87,16 @@ func newExec(id, session string, background bool, keep int) *Exec {
 	return &Exec{
 		id: id, session: session, background: background, started: time.Now(), keep: keep,
 		bytes: map[string]int{"stdout": 0, "stderr": 0}, subscribers: map[*conn]uint64{},
-		done: make(chan struct{}), changed: make(chan struct{}),
+		done: make(chan struct{}), changed: make(chan struct{}), oomBefore: oomKills(),
+	}
+}
+
+// limit sets the command's timeout: its processes, and what it leaves behind, end then.
+func (e *Exec) limit(seconds float64) {
+	if seconds > 0 {
+		e.mu.Lock()
+		e.deadline = e.started.Add(time.Duration(seconds * float64(time.Second)))
+		e.mu.Unlock()
 	}
 }
 
@@ -88,6 +108,10 @@ func (e *Exec) append(stream string, data []byte) {
 	defer e.mu.Unlock()
 	e.bytes[stream] += len(data)
 	room := e.keep - e.keptBytes
+	if stream == "stderr" && e.keptStderr < stderrReserve {
+		// A flood on stdout does not hide what the command says on stderr (its last words).
+		room = maxInt(room, stderrReserve-e.keptStderr)
+	}
 	if room <= 0 {
 		e.dropped += len(data)
 		return
@@ -99,6 +123,9 @@ func (e *Exec) append(stream string, data []byte) {
 	c := chunk{seq: len(e.chunks) + 1, stream: stream, data: append([]byte(nil), data...)}
 	e.chunks = append(e.chunks, c)
 	e.keptBytes += len(c.data)
+	if stream == "stderr" {
+		e.keptStderr += len(c.data)
+	}
 	for subscriber, sub := range e.subscribers {
 		subscriber.send(chunkEvent(sub, e.id, c))
 	}
@@ -151,6 +178,18 @@ func (e *Exec) finish(exitCode int, timedOut, restarted bool, cwd, errText strin
 	e.err = errText
 	e.duration = time.Since(e.started)
 	e.killer = nil
+	// Killed by the kernel for want of memory: a SIGKILL while the container's count of
+	// such kills went up (neither a timeout nor a kill of ours).
+	if exitCode == 128+int(syscall.SIGKILL) && !timedOut && !e.killed && e.oomBefore >= 0 {
+		e.oomKilled = oomKills() > e.oomBefore
+	}
+	if e.ownsTag && e.tag != 0 {
+		e.leftovers = len(members(e.tag, e.pid))
+		if e.leftovers > 0 && !e.deadline.IsZero() {
+			tag := e.tag
+			time.AfterFunc(time.Until(e.deadline), func() { killTag(tag, syscall.SIGKILL) })
+		}
+	}
 	status := e.statusLocked()
 	for subscriber, sub := range e.subscribers {
 		subscriber.send(reply{"event": "exit", "sub": sub, "exec": e.id, "status": status})
@@ -178,6 +217,8 @@ func (e *Exec) statusLocked() reply {
 		r["timed_out"] = e.timedOut
 		r["killed"] = e.killed
 		r["session_restarted"] = e.restarted
+		r["oom_killed"] = e.oomKilled
+		r["left_running"] = e.leftovers
 		r["duration_ms"] = e.duration.Milliseconds()
 		r["cwd"] = e.cwd
 		r["error"] = e.err
@@ -256,13 +297,15 @@ func (e *Exec) kill(signal string) {
 		sig = syscall.SIGHUP
 	}
 	e.mu.Lock()
-	killer := e.killer
-	if killer != nil && !e.finished {
+	killer, finished, tag, owns := e.killer, e.finished, e.tag, e.ownsTag
+	if killer != nil && !finished {
 		e.killed = true
 	}
 	e.mu.Unlock()
-	if killer != nil {
+	if killer != nil && !finished {
 		killer(sig)
+	} else if finished && owns {
+		killTag(tag, sig) // what it left running
 	}
 }
 
@@ -317,7 +360,7 @@ type spawned struct {
 }
 
 func spawn(e *Exec, argv []string, dir string, env []string, withStdin bool) (*spawned, error) {
-	path, err := lookPath(argv[0], env, dir)
+	path, err := lookPathAsSandbox(argv[0], env, dir)
 	if err != nil {
 		return nil, err
 	}
@@ -339,11 +382,12 @@ func spawn(e *Exec, argv []string, dir string, env []string, withStdin bool) (*s
 	} else if stdinR, err = os.Open(os.DevNull); err != nil {
 		return nil, err
 	}
+	tag := newTag()
 	proc, err := os.StartProcess(path, argv, &os.ProcAttr{
 		Dir:   dir,
-		Env:   overlay(env, map[string]string{execMarker: e.id}),
+		Env:   env,
 		Files: []*os.File{stdinR, outW, errW},
-		Sys:   &syscall.SysProcAttr{Setpgid: true},
+		Sys:   asSandbox(tag),
 	})
 	stdinR.Close()
 	outW.Close()
@@ -362,7 +406,8 @@ func spawn(e *Exec, argv []string, dir string, env []string, withStdin bool) (*s
 	go readInto(e, "stderr", errR, &s.readers)
 	e.mu.Lock()
 	e.pid = proc.Pid
-	e.killer = func(sig syscall.Signal) { killTree(proc.Pid, sig, e.id) }
+	e.tag, e.ownsTag = tag, true
+	e.killer = func(sig syscall.Signal) { killTag(tag, sig) }
 	if withStdin {
 		e.stdin = stdinW
 		e.stdinQueue = make(chan stdinWrite, 256)
@@ -476,6 +521,13 @@ func drainNow(e *Exec, stream string, f *os.File) {
 	})
 }
 
+// lookPathAsSandbox finds a program as the sandbox user would: a directory or a program
+// the sandbox user cannot reach is not found.
+func lookPathAsSandbox(name string, env []string, dir string) (path string, err error) {
+	checkAsSandbox(func() { path, err = lookPath(name, env, dir) })
+	return path, err
+}
+
 func lookPath(name string, env []string, dir string) (string, error) {
 	if strings.Contains(name, "/") {
 		if !filepath.IsAbs(name) {
@@ -502,102 +554,6 @@ func lookPath(name string, env []string, dir string) (string, error) {
 		}
 	}
 	return "", fail("not_found", fmt.Sprintf("%s: command not found", name))
-}
-
-// execMarker is set in the environment of every process an exec starts, and inherited by
-// theirs: it finds the ones that left the tree (a double fork, setsid) when it is killed.
-const execMarker = "BOXYARD_EXEC"
-
-// killTree signals a process, its process group, every descendant it still has (which may
-// have moved to process groups or sessions of their own), and every process that carries
-// the exec's marker in its environment (one that was orphaned on purpose).
-func killTree(pid int, sig syscall.Signal, execID string) {
-	victims := append(descendants(pid), marked(execID)...)
-	syscall.Kill(-pid, sig)
-	syscall.Kill(pid, sig)
-	for _, child := range victims {
-		syscall.Kill(-child, sig)
-		syscall.Kill(child, sig)
-	}
-	if sig == syscall.SIGKILL {
-		// One more sweep for what was being forked while the first one ran.
-		for _, straggler := range marked(execID) {
-			syscall.Kill(straggler, sig)
-		}
-	}
-}
-
-func descendants(root int) []int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	children := map[int][]int{}
-	for _, entry := range entries {
-		pid, err := strconv.Atoi(entry.Name())
-		if err != nil {
-			continue
-		}
-		if ppid := parentOf(pid); ppid > 0 {
-			children[ppid] = append(children[ppid], pid)
-		}
-	}
-	var found []int
-	queue := []int{root}
-	for len(queue) > 0 {
-		next := queue[0]
-		queue = queue[1:]
-		for _, child := range children[next] {
-			found = append(found, child)
-			queue = append(queue, child)
-		}
-	}
-	return found
-}
-
-func marked(execID string) []int {
-	if execID == "" {
-		return nil
-	}
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	needle := []byte(execMarker + "=" + execID + "\x00")
-	var found []int
-	for _, entry := range entries {
-		pid, err := strconv.Atoi(entry.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		environ, err := os.ReadFile("/proc/" + entry.Name() + "/environ")
-		if err != nil {
-			continue
-		}
-		if i := bytes.Index(environ, needle); i == 0 || (i > 0 && environ[i-1] == 0) {
-			found = append(found, pid)
-		}
-	}
-	return found
-}
-
-func parentOf(pid int) int {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	// pid (comm) state ppid ...; comm may hold spaces and parentheses: cut at the last ')'.
-	text := string(data)
-	end := strings.LastIndexByte(text, ')')
-	if end < 0 {
-		return 0
-	}
-	fields := strings.Fields(text[end+1:])
-	if len(fields) < 2 {
-		return 0
-	}
-	ppid, _ := strconv.Atoi(fields[1])
-	return ppid
 }
 
 func minInt(a, b int) int {

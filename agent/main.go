@@ -1,11 +1,14 @@
-// boxyard-agent runs inside a sandbox, as the sandbox user, and keeps what must outlive any
-// one Boxyard process: shell sessions, background and managed processes, and their output.
+// boxyard-agent runs inside a sandbox and keeps what must outlive any one Boxyard process:
+// shell sessions, background and managed processes, and their output. It is the container's
+// main process, as root with only the capabilities to act on the sandbox user's processes;
+// everything it starts runs as the sandbox user (see contain.go).
 //
-//	boxyard-agent serve    the daemon; it listens on a unix socket in the sandbox's /tmp
-//	boxyard-agent bridge   joins stdin and stdout to the daemon, starting it if needed
-//	boxyard-agent oneshot TIMEOUT CWD argv|shell CMD...
-//	                       runs one command in the exec's own stdio, outside any session
-//	                       (for a sandbox that runs one command and is closed: compute mode)
+//	boxyard-agent serve --user UID:GID   the daemon; it listens on a unix socket on a
+//	                                     root-only tmpfs
+//	boxyard-agent bridge                 joins stdin and stdout to the daemon (root)
+//	boxyard-agent terminal ID -- ARGV... a program on the exec's terminal, as the sandbox user,
+//	                                     whose processes all end with the terminal (root)
+//	boxyard-agent list PATH 0|1 MAX      a directory's entries as JSON lines (sandbox user)
 //
 // Boxyard starts one bridge per (Boxyard process, sandbox) with the engine's exec and keeps it
 // open, so a command costs a write on an open stream instead of a new exec in the engine.
@@ -22,16 +25,16 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"syscall"
 	"time"
 )
 
-// The protocol's version, answered to ping: 2 added fresh runs (outside any session).
-const version = "2"
+// The protocol's version, answered to ping: 2 added fresh runs (outside any session);
+// 3 runs as root over the sandbox user (tags, reset, oom_killed, statfs, terminal.end).
+const version = "3"
 
 var (
-	stateDir   = "/tmp/.boxyard"
+	stateDir   = "/.boxyard-run"
 	socketPath = filepath.Join(stateDir, "agent.sock")
 )
 
@@ -41,16 +44,18 @@ func main() {
 		socketPath = filepath.Join(stateDir, "agent.sock")
 	}
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: boxyard-agent serve|bridge|version")
+		fmt.Fprintln(os.Stderr, "usage: boxyard-agent serve|bridge|terminal|list|version")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
 	case "serve":
-		os.Exit(serve())
+		os.Exit(serve(os.Args[2:]))
 	case "bridge":
 		os.Exit(bridge())
-	case "oneshot":
-		os.Exit(oneshot(os.Args[2:]))
+	case "terminal":
+		os.Exit(terminal(os.Args[2:]))
+	case "list":
+		os.Exit(list(os.Args[2:]))
 	case "version":
 		fmt.Println(version)
 	default:
@@ -60,24 +65,20 @@ func main() {
 }
 
 // bridge copies stdin to the daemon and the daemon's answers to stdout until either side ends.
+// The daemon starts with the container: a bridge opened at the same moment waits for it.
 func bridge() int {
 	warmThreads(4)
-	conn, err := dial()
+	var conn *net.UnixConn
+	var err error
+	for i := 0; i < 1000; i++ {
+		if conn, err = dial(); err == nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	if err != nil {
-		if err := startDaemon(); err != nil {
-			fmt.Fprintf(os.Stderr, "boxyard-agent: cannot start the daemon: %v\n", err)
-			return 1
-		}
-		for i := 0; i < 500; i++ {
-			if conn, err = dial(); err == nil {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "boxyard-agent: the daemon does not answer: %v\n", err)
-			return 1
-		}
+		fmt.Fprintf(os.Stderr, "boxyard-agent: the daemon does not answer: %v\n", err)
+		return 1
 	}
 	go func() {
 		io.Copy(conn, os.Stdin)
@@ -87,115 +88,47 @@ func bridge() int {
 	return 0
 }
 
-// oneshot runs one command with the exec's own stdio, in a process group of its own, and
-// kills its whole tree when the timeout passes; it exits with the command's status.
-func oneshot(args []string) int {
-	if len(args) < 4 {
-		fmt.Fprintln(os.Stderr, "usage: boxyard-agent oneshot TIMEOUT CWD argv|shell CMD...")
-		return 2
-	}
-	timeout, err := strconv.ParseFloat(args[0], 64)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "boxyard: bad timeout %q\n", args[0])
-		return 2
-	}
-	cwd, mode, argv := args[1], args[2], args[3:]
-	if info, err := os.Stat(cwd); err != nil || !info.IsDir() {
-		fmt.Fprintf(os.Stderr, "boxyard: cwd %s is not a directory\n", cwd)
-		return 210
-	}
-	if mode == "shell" {
-		shell, _ := findShell()
-		argv = []string{shell, "-c", argv[0]}
-	}
-	env := os.Environ()
-	path, err := lookPath(argv[0], env, cwd)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "boxyard: %v\n", err)
-		return 127
-	}
-	id := fmt.Sprintf("oneshot-%d", os.Getpid())
-	proc, err := os.StartProcess(path, argv, &os.ProcAttr{
-		Dir:   cwd,
-		Env:   overlay(env, map[string]string{execMarker: id}),
-		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
-		Sys:   &syscall.SysProcAttr{Setpgid: true},
-	})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "boxyard: %s\n", errorText(err))
-		return 126
-	}
-	var timer *time.Timer
-	killed := make(chan struct{})
-	if timeout > 0 {
-		timer = time.AfterFunc(time.Duration(timeout*float64(time.Second)), func() {
-			killTree(proc.Pid, syscall.SIGKILL, id)
-			close(killed)
-		})
-	}
-	state, err := proc.Wait()
-	if timer != nil && !timer.Stop() {
-		// The timeout fired: the command ended because it was killed. Finish the killing
-		// before exiting (this process's end would cut it short), then sweep once more for
-		// what was being forked meanwhile.
-		<-killed
-		for _, straggler := range marked(id) { // by marker only: the pid itself is reaped
-			syscall.Kill(straggler, syscall.SIGKILL)
-		}
-	}
-	if err != nil {
-		return 1
-	}
-	return exitStatus(state.Sys().(syscall.WaitStatus))
-}
-
 func dial() (*net.UnixConn, error) {
 	return net.DialUnix("unix", nil, &net.UnixAddr{Name: socketPath, Net: "unix"})
 }
 
-// startDaemon starts `serve` in a session of its own, detached from the bridge's exec, so it
-// lives on when the bridge (and the Boxyard process behind it) goes away.
-func startDaemon() error {
-	if err := ensureStateDir(); err != nil {
-		return err
-	}
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	null, err := os.Open(os.DevNull)
-	if err != nil {
-		return err
-	}
-	defer null.Close()
-	logFile, err := os.OpenFile(filepath.Join(stateDir, "agent.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
-		return err
-	}
-	defer logFile.Close()
-	proc, err := os.StartProcess(self, []string{"boxyard-agent", "serve"}, &os.ProcAttr{
-		Dir:   "/",
-		Env:   os.Environ(),
-		Files: []*os.File{null, logFile, logFile},
-		Sys:   &syscall.SysProcAttr{Setsid: true},
-	})
-	if err != nil {
-		return err
-	}
-	return proc.Release()
-}
-
+// ensureStateDir makes the agent's directories on its tmpfs: root's, and only searchable by
+// others (the shell finds its session's files and command fifos in them by name).
 func ensureStateDir() error {
-	for _, dir := range []string{stateDir, filepath.Join(stateDir, "s"), filepath.Join(stateDir, "x")} {
-		if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+	dirs := []string{stateDir, filepath.Join(stateDir, "s"), filepath.Join(stateDir, "x"), filepath.Join(stateDir, "t")}
+	for _, dir := range dirs {
+		if err := os.Mkdir(dir, 0o711); err != nil && !errors.Is(err, os.ErrExist) {
+			return err
+		}
+		if info, err := os.Lstat(dir); err != nil || !info.IsDir() || info.Sys().(*syscall.Stat_t).Uid != 0 {
+			return fmt.Errorf("%s is not a directory of root's", dir)
+		}
+		if err := os.Chmod(dir, 0o711); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func serve() int {
+func serve(args []string) int {
+	syscall.Umask(0o022)
+	if len(args) != 2 || args[0] != "--user" {
+		fmt.Fprintln(os.Stderr, "usage: boxyard-agent serve --user UID:GID")
+		return 2
+	}
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "boxyard-agent: serve runs as root, over the sandbox user's processes")
+		return 1
+	}
+	if err := setSandboxUser(args[1]); err != nil {
+		fmt.Fprintf(os.Stderr, "boxyard-agent: %v\n", err)
+		return 2
+	}
 	if err := ensureStateDir(); err != nil {
+		fmt.Fprintf(os.Stderr, "boxyard-agent: %v\n", err)
+		return 1
+	}
+	if err := writeReadable(filepath.Join(stateDir, "user"), []byte(args[1])); err != nil {
 		fmt.Fprintf(os.Stderr, "boxyard-agent: %v\n", err)
 		return 1
 	}

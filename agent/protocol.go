@@ -8,7 +8,8 @@ package main
 // ...} where N is the id of the subscribe request. Output bytes travel as base64 ("data").
 //
 // Ops: ping; session.ensure, session.list, session.delete; run; status; output; wait; kill;
-// stdin; subscribe, unsubscribe; process.start, process.list, process.restart, process.stop.
+// stdin; subscribe, unsubscribe; process.start, process.list, process.restart, process.stop;
+// reset; statfs; terminal.end.
 
 import (
 	"bufio"
@@ -279,6 +280,14 @@ func (a *Agent) dispatch(c *conn, req *request) {
 	case "process.stop":
 		info, err := a.stopProcess(req.Name)
 		c.answer(req.ID, info, err)
+	case "reset":
+		c.answer(req.ID, reply{"killed": a.reset()}, nil)
+	case "statfs":
+		usage, err := workspaceUsage()
+		c.answer(req.ID, usage, err)
+	case "terminal.end":
+		killed, err := endTerminal(req.Exec)
+		c.answer(req.ID, reply{"killed": killed}, err)
 	default:
 		c.answer(req.ID, nil, fail("bad_request", "unknown op "+req.Op))
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -34,14 +35,19 @@ type Session struct {
 }
 
 type shellProc struct {
-	proc   *os.Process
-	stdin  *os.File
-	status chan string
-	dead   chan struct{}
-	code   int
+	proc    *os.Process
+	tag     uint32
+	stdin   *os.File
+	status  chan string
+	dead    chan struct{}
+	code    int
+	retired bool // a command left processes in its tag: the next command gets a new shell
 }
 
-const queueLength = 1024
+const (
+	queueLength = 1024
+	maxState    = 8 << 20
+)
 
 // The shell's side of the protocol. __BY is the session's directory; fd 9 the status pipe.
 const shellInit = `__by_s() {
@@ -54,10 +60,12 @@ const shellInit = `__by_s() {
 
 func newSession(a *Agent, name string, init *sessionInit) (*Session, error) {
 	s := &Session{agent: a, name: name, dir: filepath.Join(stateDir, "s", name), queue: make(chan *job, queueLength)}
-	if err := os.Mkdir(s.dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+	_, err := os.Stat(filepath.Join(s.dir, "cwd"))
+	restored := err == nil
+	if err := s.prepareDir(); err != nil {
 		return nil, err
 	}
-	if _, err := os.Stat(filepath.Join(s.dir, "cwd")); err != nil {
+	if !restored {
 		// New (not restored after an agent restart): its starting state comes from the caller.
 		cwd, env := "/workspace", a.baseEnv
 		if init != nil {
@@ -77,6 +85,29 @@ func newSession(a *Agent, name string, init *sessionInit) (*Session, error) {
 	return s, nil
 }
 
+// prepareDir makes the session's directory. It is the agent's (root's, and nobody else may
+// add, remove or replace a file in it); the state files in it are open to the shell, which
+// runs as the sandbox user and rewrites them after every command.
+func (s *Session) prepareDir() error {
+	if err := os.Mkdir(s.dir, 0o711); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	if err := os.Chmod(s.dir, 0o711); err != nil {
+		return err
+	}
+	for _, name := range []string{"cwd", "env", "fn"} {
+		file, err := os.OpenFile(filepath.Join(s.dir, name), os.O_WRONLY|os.O_CREATE, 0o666)
+		if err != nil {
+			return err
+		}
+		file.Close()
+		if err := os.Chmod(filepath.Join(s.dir, name), 0o666); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (s *Session) saveState(cwd string, env []string) error {
 	var b strings.Builder
 	for _, kv := range env {
@@ -84,30 +115,41 @@ func (s *Session) saveState(cwd string, env []string) error {
 			fmt.Fprintf(&b, "export %s=%s\n", kv[:i], shellQuote(kv[i+1:]))
 		}
 	}
-	if err := os.WriteFile(filepath.Join(s.dir, "env"), []byte(b.String()), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(s.dir, "env"), []byte(b.String()), 0o666); err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(s.dir, "cwd"), []byte(cwd+"\n"), 0o600)
+	return os.WriteFile(filepath.Join(s.dir, "cwd"), []byte(cwd+"\n"), 0o666)
 }
 
 // current is the session's cwd and environment as of its last command.
 func (s *Session) current() (string, []string) {
 	cwd := "/workspace"
-	if data, err := os.ReadFile(filepath.Join(s.dir, "cwd")); err == nil {
+	if data, err := readState(filepath.Join(s.dir, "cwd")); err == nil {
 		if text := strings.TrimRight(string(data), "\n"); text != "" {
 			cwd = text
 		}
 	}
 	env := s.agent.baseEnv
-	if data, err := os.ReadFile(filepath.Join(s.dir, "env")); err == nil {
+	if data, err := readState(filepath.Join(s.dir, "env")); err == nil && len(data) > 0 {
 		env = parseExports(string(data))
 	}
 	return cwd, env
 }
 
+// readState reads a state file the sandbox's code may have written anything into: at most
+// maxState bytes of it.
+func readState(path string) ([]byte, error) {
+	file, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer file.Close()
+	return io.ReadAll(io.LimitReader(file, maxState))
+}
+
 func (s *Session) startShell() error {
 	cwd, env := s.current()
-	if info, err := os.Stat(cwd); err != nil || !info.IsDir() {
+	if !isDirAsSandbox(cwd) {
 		cwd = "/"
 	}
 	stdinR, stdinW, err := os.Pipe()
@@ -129,8 +171,10 @@ func (s *Session) startShell() error {
 	}
 	// fd 9 is the status pipe: out of the way of the fds scripts use themselves.
 	files := []*os.File{stdinR, null, null, nil, nil, nil, nil, nil, nil, statusW}
+	tag := newTag()
 	proc, err := os.StartProcess(s.agent.shellPath, argv, &os.ProcAttr{
-		Dir: cwd, Env: env, Files: files, Sys: &syscall.SysProcAttr{Setsid: true},
+		Dir: cwd, Env: env, Files: files,
+		Sys: &syscall.SysProcAttr{Setsid: true, Credential: sandboxCredential(tag)},
 	})
 	stdinR.Close()
 	statusW.Close()
@@ -139,7 +183,7 @@ func (s *Session) startShell() error {
 		statusR.Close()
 		return err
 	}
-	sh := &shellProc{proc: proc, stdin: stdinW, status: make(chan string, 16), dead: make(chan struct{})}
+	sh := &shellProc{proc: proc, tag: tag, stdin: stdinW, status: make(chan string, 16), dead: make(chan struct{})}
 	go func() {
 		scanner := bufio.NewScanner(statusR)
 		for scanner.Scan() {
@@ -204,27 +248,32 @@ func (s *Session) close() {
 	close(s.queue)
 	s.mu.Unlock()
 	if sh != nil {
-		killTree(sh.proc.Pid, syscall.SIGKILL, "")
+		killTag(sh.tag, syscall.SIGKILL)
 	}
 	os.RemoveAll(s.dir)
 }
 
-// liveShell is the session's shell, a new one if the last has died (restarted is then true).
+// liveShell is the session's shell, a new one if the last has died (restarted is then true)
+// or was retired (a planned change of shell: restarted stays false).
 func (s *Session) liveShell() (*shellProc, bool, error) {
 	s.mu.Lock()
 	sh := s.shell
 	s.mu.Unlock()
-	select {
-	case <-sh.dead:
-		if err := s.startShell(); err != nil {
-			return nil, true, err
+	died := false
+	if !sh.retired {
+		select {
+		case <-sh.dead:
+			died = true
+		default:
+			return sh, false, nil
 		}
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return s.shell, true, nil
-	default:
-		return sh, false, nil
 	}
+	if err := s.startShell(); err != nil {
+		return nil, died, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.shell, died, nil
 }
 
 func (s *Session) runInShell(j *job) {
@@ -237,7 +286,7 @@ func (s *Session) runInShell(j *job) {
 	base := filepath.Join(stateDir, "x", e.id)
 	script, outPath, errPath := base+".sh", base+".o", base+".e"
 	defer os.Remove(script)
-	if err := os.WriteFile(script, []byte(*req.Shell+"\n"), 0o600); err != nil {
+	if err := writeReadable(script, []byte(*req.Shell+"\n")); err != nil {
 		e.finish(-1, false, restarted, "", err.Error())
 		return
 	}
@@ -259,10 +308,11 @@ func (s *Session) runInShell(j *job) {
 
 	e.mu.Lock()
 	e.pid = sh.proc.Pid
-	e.killer = func(sig syscall.Signal) { killTree(sh.proc.Pid, sig, e.id) }
+	e.tag = sh.tag // shared with the shell until the command leaves processes behind
+	e.killer = func(sig syscall.Signal) { killTag(sh.tag, sig) }
 	e.mu.Unlock()
 
-	body := execMarker + "=" + e.id + "; export " + execMarker + "; . " + shellQuote(script)
+	body := ". " + shellQuote(script)
 	if req.Cwd != "" || len(req.Env) > 0 {
 		// A per-command cwd or env applies to this command only: run it in a subshell.
 		var b strings.Builder
@@ -307,6 +357,16 @@ func (s *Session) runInShell(j *job) {
 		restarted = true
 		s.startShell()
 	default:
+		// Processes the command left running carry the shell's tag: the tag becomes the
+		// command's (so they end at its deadline, or with a kill of it), and the session
+		// goes on in a new shell with a tag of its own.
+		if len(members(sh.tag, sh.proc.Pid)) > 0 {
+			e.mu.Lock()
+			e.ownsTag = true
+			e.mu.Unlock()
+			sh.retired = true
+			sh.stdin.Close() // the shell ends at its input's end; its tag stays the command's
+		}
 	}
 	settle(e, []*os.File{out, errPipe}, []string{outPath, errPath}, &readers)
 	cwd, _ := s.current()
@@ -315,12 +375,24 @@ func (s *Session) runInShell(j *job) {
 
 // openFifo makes a named pipe and opens it for reading and writing, so opening never blocks
 // and the pipe never reports an end of its own: the status line says when a command is done.
+// The shell, which runs as the sandbox user, may write to it but not read from it.
 func openFifo(path string) (*os.File, error) {
 	os.Remove(path)
 	if err := syscall.Mkfifo(path, 0o600); err != nil {
 		return nil, err
 	}
+	if err := os.Chmod(path, 0o622); err != nil {
+		return nil, err
+	}
 	return os.OpenFile(path, os.O_RDWR, 0)
+}
+
+// writeReadable writes a file of the agent's that the sandbox user may read.
+func writeReadable(path string, data []byte) error {
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		return err
+	}
+	return os.Chmod(path, 0o644)
 }
 
 // settle reads what the command wrote, then lets go of its pipes. A process the command left
@@ -357,7 +429,7 @@ func (s *Session) runArgv(j *job) {
 	if req.Cwd != "" {
 		cwd = req.Cwd
 	}
-	if info, err := os.Stat(cwd); err != nil || !info.IsDir() {
+	if !isDirAsSandbox(cwd) {
 		e.append("stderr", []byte(fmt.Sprintf("boxyard: cwd %s is not a directory\n", cwd)))
 		e.finish(210, false, false, cwd, "")
 		return
@@ -379,7 +451,7 @@ func (s *Session) info() reply {
 	for _, kv := range env {
 		if i := strings.IndexByte(kv, '='); i > 0 {
 			switch kv[:i] {
-			case "PWD", "OLDPWD", "SHLVL", "_", execMarker:
+			case "PWD", "OLDPWD", "SHLVL", "_":
 			default:
 				vars[kv[:i]] = kv[i+1:]
 			}

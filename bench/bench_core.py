@@ -14,10 +14,8 @@ Measured:
   `create_volume` + `create_container` + `start` with the same hardening;
 - exec `true` in a running sandbox: `services.run_exec` against what docker-py's
   `Container.exec_run` does (`exec_create` + `exec_start` + `exec_inspect`): in the default
-  session (argv and shell-string forms) and fresh (outside any session), both through the
-  sandbox's agent, and in a new engine exec (compute mode's path). A breakdown adds raw
-  docker-py running the agent's one-shot runner, and Boxyard's runtime layer running it
-  without the database, to show where the engine path's difference comes from.
+  session (argv and shell-string forms) and fresh (outside any session), all through the
+  sandbox's agent.
 
 The benchmark uses its own SQLite database in a temporary directory and its own deployment
 label; every container and volume carrying that label is removed at the end, even on failure.
@@ -241,7 +239,7 @@ class RawDocker:
 
         memory = f"{self.profile.memory_mb}m"
         return self.api.create_host_config(
-            mounts=[Mount(target=WORKSPACE, source=volume, type="volume", read_only=False)],
+            mounts=[Mount(target=WORKSPACE, source=volume, type="volume", read_only=False, no_copy=True)],
             cap_drop=["ALL"],
             security_opt=["no-new-privileges:true"],
             privileged=False,
@@ -319,9 +317,15 @@ def remove_deployment(api: Any, deployment: str) -> tuple[int, int]:
             containers += 1
         except Exception as error:  # keep cleaning up the rest
             print(f"could not remove container {container['Id'][:12]}: {error}", file=sys.stderr)
+    from sandboxes.runtime.docker.disks import LABEL_DISK, WorkspaceDisks
+
+    disks = WorkspaceDisks(api)
     for volume in api.volumes(filters=filters).get("Volumes") or []:
         try:
-            api.remove_volume(volume["Name"], force=True)
+            if LABEL_DISK in (volume.get("Labels") or {}):
+                disks.remove(volume["Name"])  # a workspace: its disk goes with it
+            else:
+                api.remove_volume(volume["Name"], force=True)
             volumes += 1
         except Exception as error:
             print(f"could not remove volume {volume['Name']}: {error}", file=sys.stderr)
@@ -334,9 +338,6 @@ def remove_deployment(api: Any, deployment: str) -> tuple[int, int]:
 EXEC_VARIANTS = {
     "raw argv": 'docker-py exec_run(["true"])',
     "raw sh -c": 'docker-py exec_run(["sh", "-c", "true"])',
-    "raw runner": "docker-py exec_run(the agent's one-shot runner running true)",
-    "runtime runner": "Boxyard runtime.exec(same runner), no database",
-    "boxyard engine": 'services.run_exec(cmd=["true"], engine=True)',
     "boxyard fresh": 'services.run_exec(cmd=["true"], fresh)',
     "boxyard argv": 'services.run_exec(cmd=["true"])',
     "boxyard shell": 'services.run_exec(cmd="true")',
@@ -400,24 +401,9 @@ class Bench:
 
     def exec_variants(self, sandbox: Any, raw_container: str) -> dict[str, Variant]:
         from sandboxes import services
-        from sandboxes.runtime import AGENT_PATH, get_runtime
-
-        pipeline = sandbox.pipeline
-        timeout = str(pipeline.exec_timeout_seconds)
-        # What a command in a new engine exec runs in a sandbox with the agent (compute mode).
-        runner = [AGENT_PATH, "oneshot", timeout, WORKSPACE, "argv", "true"]
 
         def raw(cmd: list[str], container: str = raw_container) -> int:
             return self.raw.exec_run(container, cmd)
-
-        def runtime_only() -> int:
-            return get_runtime().exec(
-                sandbox.container_id,
-                runner,
-                env=pipeline.env or None,
-                output_limit=pipeline.output_limit_bytes,
-                deadline_seconds=pipeline.exec_timeout_seconds + 15,
-            ).exit_code
 
         def boxyard(cmd: object, **how: bool) -> int:
             request = services.clean_request(sandbox, cmd=cmd, **how)
@@ -426,10 +412,6 @@ class Bench:
         operations: dict[str, Callable[[], int]] = {
             "raw argv": lambda: raw(["true"]),
             "raw sh -c": lambda: raw(["sh", "-c", "true"]),
-            # The runner lives on the agent's volume: run it in the sandbox's own container.
-            "raw runner": lambda: raw(runner, sandbox.container_id),
-            "runtime runner": runtime_only,
-            "boxyard engine": lambda: boxyard(["true"], engine=True),
             "boxyard fresh": lambda: boxyard(["true"], one_shot=True),
             "boxyard argv": lambda: boxyard(["true"]),
             "boxyard shell": lambda: boxyard("true"),
@@ -494,7 +476,6 @@ def comparisons(sections: list[Section]) -> list[Comparison]:
             rows.append(Comparison('exec ["true"]', image, stats["raw argv"], argv))
             rows.append(Comparison('exec "true" (shell)', image, stats["raw sh -c"], shell))
             rows.append(Comparison("exec fresh", image, stats["raw argv"], stats["boxyard fresh"]))
-            rows.append(Comparison("exec, engine exec", image, stats["raw argv"], stats["boxyard engine"]))
     return rows
 
 

@@ -26,6 +26,7 @@ from boxyard_client._models import (
     OutputChunk,
     Process,
     ProcessOutput,
+    ResetDone,
     RunResult,
     Sandbox,
     Session,
@@ -33,6 +34,7 @@ from boxyard_client._models import (
     StdinResult,
     Tools,
     WaitResult,
+    Workspace,
     WriteResult,
 )
 from boxyard_client._sync import BoxyardClient
@@ -49,6 +51,7 @@ from boxyard_client.errors import (
     StaleEpoch,
     TakenOver,
     Unauthorized,
+    WorkspaceFull,
 )
 
 __all__ = [
@@ -76,6 +79,7 @@ __all__ = [
     "ProcessOutput",
     "PayloadTooLarge",
     "QuotaExceeded",
+    "ResetDone",
     "RunResult",
     "Sandbox",
     "ServiceUnavailable",
@@ -87,5 +91,7 @@ __all__ = [
     "Tools",
     "Unauthorized",
     "WaitResult",
+    "Workspace",
+    "WorkspaceFull",
     "WriteResult",
 ]

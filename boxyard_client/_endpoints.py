@@ -30,6 +30,7 @@ from boxyard_client._models import (
     OpenedSandbox,
     Process,
     ProcessOutput,
+    ResetDone,
     RunResult,
     Sandbox,
     Session,
@@ -389,6 +390,16 @@ class Endpoints:
         """Count as activity now (the idle deadline moves) and renew the lease."""
         body = _compact({"holder": holder, "epoch": epoch})
         return Call("POST", _sandbox(sandbox_id, "keepalive"), _parser(KeptAlive), json=body)
+
+    @endpoint
+    def reset(
+        self, sandbox_id: str, *, reason: str | None = None, holder: str | None = None,
+        epoch: int | None = None,
+    ) -> Call[ResetDone]:
+        """End every process in the sandbox (it works when the sandbox is jammed); sessions
+        and managed processes start again, the workspace stays."""
+        body = _compact({"reason": reason, "holder": holder, "epoch": epoch})
+        return Call("POST", _sandbox(sandbox_id, "reset"), _parser(ResetDone), json=body)
 
     @endpoint
     def renew_lease(

@@ -29,6 +29,16 @@ class Lease:
 
 
 @dataclass(frozen=True)
+class Workspace:
+    """A workspace's disk: its size (None: made before disks, no limit) and what is used of it
+    (None when the sandbox is not running)."""
+
+    limit_bytes: int | None = None
+    used_bytes: int | None = None
+    enforced: bool = False
+
+
+@dataclass(frozen=True)
 class Sandbox:
     sandbox_id: str
     pipeline: str
@@ -44,6 +54,7 @@ class Sandbox:
     last_activity_at: datetime | None = None
     idle_deadline: datetime | None = None
     expires_at: datetime | None = None
+    workspace: Workspace | None = None  # in `get_sandbox`'s answer only
 
 
 @dataclass(frozen=True)
@@ -78,6 +89,7 @@ class ExecResult:
     session: str = ""
     background: bool = False
     session_restarted: bool = False  # the command ended its shell; the session started anew
+    oom_killed: bool = False  # the kernel killed it: the sandbox ran out of memory
     error: str = ""
 
     @property
@@ -262,7 +274,17 @@ class RunResult:
     duration_ms: int
     truncated: bool = False
     status: str = ""
+    oom_killed: bool = False
     error: str = ""
+
+
+@dataclass(frozen=True)
+class ResetDone:
+    """`reset`'s answer: how many processes it ended, and how long it took."""
+
+    ok: bool
+    killed: int = 0
+    duration_ms: int = 0
 
 
 @dataclass(frozen=True)

@@ -83,6 +83,10 @@ class QuotaExceeded(BoxyardAPIError):
     """429: too many live sandboxes."""
 
 
+class WorkspaceFull(BoxyardAPIError):
+    """507 workspace_full: the write does not fit in the workspace's disk."""
+
+
 class ServiceUnavailable(BoxyardAPIError):
     """503: the Docker Engine is unreachable; try again after `retry_after` seconds."""
 
@@ -100,6 +104,7 @@ _BY_STATUS: dict[int, type[BoxyardAPIError]] = {
     423: TakenOver,
     429: QuotaExceeded,
     503: ServiceUnavailable,
+    507: WorkspaceFull,
 }
 _BY_CODE: dict[tuple[int, str], type[BoxyardAPIError]] = {
     (409, "lease_busy"): LeaseBusy,

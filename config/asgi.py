@@ -1,6 +1,9 @@
 import os
+from urllib.parse import urlsplit
 
 import django
+
+from boxyard import heap
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 django.setup(set_prefix=False)
@@ -11,25 +14,77 @@ django_asgi_app = PooledASGIHandler()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402  (needs the apps loaded)
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from channels.security.websocket import WebsocketDenier  # noqa: E402
 from django.conf import settings  # noqa: E402
+from django.http.request import split_domain_port, validate_host  # noqa: E402
 
 from sandboxes.routing import websocket_urlpatterns  # noqa: E402
 
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
 
 class SameOriginWebsockets:
-    """Websockets only from a page of one of ALLOWED_HOSTS (Channels' origin check, with the
-    setting read as each socket connects rather than once at start-up)."""
+    """Websockets only from a page of the very origin they are opened on.
+
+    A websocket carries the admin's session cookie whatever page opens it, so its `Origin`
+    must be exactly the scheme, host and port of the socket itself (a host of ALLOWED_HOSTS;
+    wss, or an https proxy named by SECURE_PROXY_SSL_HEADER, means https), or one of
+    CSRF_TRUSTED_ORIGINS, which the operator already trusts with the dashboard's forms. The
+    same host on another port or scheme is another origin. Settings are read as each socket
+    connects.
+    """
 
     def __init__(self, application: object) -> None:
         self.application = application
-        self.allowed: tuple[list[str], object] | None = None
 
     async def __call__(self, scope: dict, receive: object, send: object) -> object:
-        hosts = list(settings.ALLOWED_HOSTS)
-        if self.allowed is None or self.allowed[0] != hosts:
-            self.allowed = (hosts, AllowedHostsOriginValidator(self.application))
-        return await self.allowed[1](scope, receive, send)  # type: ignore[operator]
+        if _same_origin(scope):
+            return await self.application(scope, receive, send)  # type: ignore[operator]
+        return await WebsocketDenier()(scope, receive, send)
+
+
+def _same_origin(scope: dict) -> bool:
+    headers = [(name.lower(), value.decode("latin1")) for name, value in scope.get("headers", [])]
+    origins = [value for name, value in headers if name == b"origin"]
+    hosts = [value for name, value in headers if name == b"host"]
+    if len(origins) != 1 or len(hosts) != 1:
+        return False
+    origin = _origin(origins[0])
+    if origin is None:
+        return False
+    if origin in {_origin(trusted) for trusted in settings.CSRF_TRUSTED_ORIGINS}:
+        return True
+    domain, _port = split_domain_port(hosts[0])
+    if not domain or not validate_host(domain, settings.ALLOWED_HOSTS):
+        return False
+    return origin == _origin(f"{'https' if _secure(scope, headers) else 'http'}://{hosts[0]}")
+
+
+def _origin(text: str) -> tuple[str, str, int] | None:
+    """(scheme, host, port) of an origin such as `https://boxyard.example:8443`; None for
+    `null` or anything that is not an origin alone."""
+    try:
+        parts = urlsplit(text.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    if (
+        parts.scheme not in _DEFAULT_PORTS or not parts.hostname or parts.username is not None
+        or parts.path or parts.query or parts.fragment
+    ):
+        return None
+    return parts.scheme, parts.hostname, port or _DEFAULT_PORTS[parts.scheme]
+
+
+def _secure(scope: dict, headers: list[tuple[bytes, str]]) -> bool:
+    if scope.get("scheme") == "wss":
+        return True
+    if settings.SECURE_PROXY_SSL_HEADER:
+        meta_name, expected = settings.SECURE_PROXY_SSL_HEADER
+        name = meta_name.removeprefix("HTTP_").replace("_", "-").lower().encode()
+        values = [value for header, value in headers if header == name]
+        return bool(values) and values[0].split(",")[0].strip() == expected
+    return False
 
 
 application = ProtocolTypeRouter(
@@ -40,10 +95,10 @@ application = ProtocolTypeRouter(
 )
 
 # Load the URL conf (and with it every view) now rather than on the first request, then take
-# everything start-up made out of the garbage collector's way (see boxyard.heap).
+# everything start-up made out of the garbage collector's way, and give back what bursts of
+# traffic leave behind (see boxyard.heap).
 from django.urls import get_resolver  # noqa: E402
-
-from boxyard import heap  # noqa: E402
 
 get_resolver().url_patterns
 heap.settle()
+heap.start_trimming()

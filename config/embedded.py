@@ -10,14 +10,15 @@ from celery.worker import WorkController
 from django.conf import settings
 
 from config.celery import app
+from sandboxes.services.watching import start_following
 
 log = logging.getLogger(__name__)
 
 
 def start_worker_and_scheduler() -> WorkController:
     """Start the worker (a pool of threads) and the periodic scheduler; both are daemon
-    threads that end with the process. Tasks lost with the process are made good by the
-    reconciler, which the worker runs as soon as it is ready."""
+    threads that end with the process, as is the engine-event follower. Tasks lost with the
+    process are made good by the reconciler, which the worker runs as soon as it is ready."""
     worker = WorkController(
         app=app,
         hostname=f"embedded@{socket.gethostname()}",
@@ -32,5 +33,7 @@ def start_worker_and_scheduler() -> WorkController:
     scheduler = EmbeddedService(app, thread=True, schedule_filename=settings.CELERY_BEAT_SCHEDULE_FILENAME)
     scheduler.daemon = True
     scheduler.start()
+    # Containers that die outside Boxyard, marked lost as it happens; it stops with the worker.
+    start_following()
     log.info("embedded worker (%d threads) and scheduler started", settings.BOXYARD_WORKER_THREADS)
     return worker

@@ -20,6 +20,7 @@ from django.core.handlers.asgi import ASGIHandler
 from django.http import HttpRequest, HttpResponseBase
 
 from boxyard.threads import in_pool, start_request_threads
+from config.pacing import paced
 
 
 class PooledASGIHandler(ASGIHandler):
@@ -39,7 +40,24 @@ class PooledASGIHandler(ASGIHandler):
         # response) takes a moment in asgiref's one shared thread.
         if scope["type"] != "http":
             raise ValueError(f"this handler serves HTTP, not {scope['type']}")
-        await self.handle(scope, receive, send)
+        await self.handle(scope, receive, paced(send))
+
+    async def listen_for_disconnect(self, receive: ASGIReceiveCallable) -> None:
+        """Return when the client goes away, where Django's raises `RequestAborted`.
+
+        `handle` ends the view when this returns, however it returns, and ignores a
+        `RequestAborted`. But that exception, kept by its task, carries a traceback through
+        `handle`'s frame, which holds the task: a reference cycle keeping the request, its
+        body and its response (megabytes for a file) until a full garbage collection, which
+        an idle server may not run for hours. Returning leaves no cycle."""
+        message = await receive()
+        if message["type"] != "http.disconnect":
+            raise AssertionError(f"Invalid ASGI message after request body: {message['type']}")
 
     async def get_response_async(self, request: HttpRequest) -> HttpResponseBase:
-        return await in_pool(self.get_response, request)
+        response = await in_pool(self.get_response, request)
+        # A request lives in reference cycles (its user, messages and htmx details point back
+        # at it) until a full garbage collection; the body it read (up to the upload limit)
+        # is of no use once the view has answered, so it does not wait that long.
+        request.__dict__.pop("_body", None)
+        return response

@@ -7,9 +7,11 @@ Production deployments set the variables listed in the README.
 
 import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from csp.constants import NONE, SELF, UNSAFE_INLINE
 
 from config.env import env_bool, env_float, env_int, env_list, env_str
 
@@ -45,12 +47,15 @@ INSTALLED_APPS = [
     "channels",
     "django_htmx",
     "ninja",
+    "axes",
+    "csp",
     "pipelines",
     "sandboxes",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
@@ -61,6 +66,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "config.middleware.JSONErrorsForAPI",
+    "axes.middleware.AxesMiddleware",  # last: turns a lockout into the page that says so
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -144,6 +150,24 @@ STORAGES = {
 }
 WHITENOISE_USE_FINDERS = DEBUG
 
+# --- Log-in throttling (django-axes) ----------------------------------------------------------
+# BOXYARD_LOGIN_FAILURE_LIMIT wrong passwords for one user name from one address lock that
+# name out from that address for BOXYARD_LOGIN_LOCKOUT_MINUTES (the right password included),
+# and say so. The pair is locked, not the name alone, so guessing from elsewhere cannot lock an
+# admin out. Attempts and lockouts are rows (axes' access attempts and failure log, shown in
+# the admin site); `manage.py axes_reset_username NAME` lifts a lockout at once.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("BOXYARD_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("BOXYARD_LOGIN_LOCKOUT_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_ENABLE_ACCESS_FAILURE_LOG = True
+AXES_CLIENT_IP_CALLABLE = "config.login.client_address"
+AXES_LOCKOUT_CALLABLE = "config.login.locked_out"
+
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "fleet"
 LOGOUT_REDIRECT_URL = "login"
@@ -204,14 +228,32 @@ SECURE_SSL_REDIRECT = HTTPS and env_bool("BOXYARD_SSL_REDIRECT", True)
 SECURE_HSTS_SECONDS = env_int("BOXYARD_HSTS_SECONDS", 31_536_000 if HTTPS else 0, minimum=0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = HTTPS
 SECURE_HSTS_PRELOAD = env_bool("BOXYARD_HSTS_PRELOAD", False)
-SECURE_PROXY_SSL_HEADER = (
-    ("HTTP_X_FORWARDED_PROTO", "https") if env_bool("BOXYARD_BEHIND_PROXY", False) else None
-)
+BOXYARD_BEHIND_PROXY = env_bool("BOXYARD_BEHIND_PROXY", False)
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if BOXYARD_BEHIND_PROXY else None
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 X_FRAME_OPTIONS = "DENY"
+# Content-Security-Policy: nothing from another origin, and no inline script or event handler
+# (the dashboard's scripts are static files). Two exceptions, neither of which can run code or
+# reach another origin: inline style attributes (the terminal emulator colours its text with
+# them) and data: images (the API's browsable documentation draws its icons with them).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "style-src-attr": [UNSAFE_INLINE],
+        "img-src": [SELF, "data:"],
+        "font-src": [SELF],
+        "connect-src": [SELF],  # the dashboard's websockets: same origin
+        "object-src": [NONE],
+        "base-uri": [NONE],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    }
+}
 SILENCED_SYSTEM_CHECKS = [] if env_bool("BOXYARD_HSTS_PRELOAD", False) else ["security.W021"]
 
 LOGGING = {
@@ -226,6 +268,8 @@ LOGGING = {
 # Images Boxyard builds itself (see `manage.py build_images`); the tag changes with the recipe.
 BOXYARD_DEFAULT_IMAGE = env_str("BOXYARD_DEFAULT_IMAGE", "boxyard/default:1")
 BOXYARD_TEST_IMAGE = env_str("BOXYARD_TEST_IMAGE", "boxyard/busybox:1")
+# The image of each engine's workspace disk keeper (it needs mkfs.ext4, losetup and flock).
+BOXYARD_DISK_IMAGE = env_str("BOXYARD_DISK_IMAGE", BOXYARD_DEFAULT_IMAGE)
 # Images a pipeline may name: exact references or shell-style patterns (`python:3.*`).
 BOXYARD_IMAGE_ALLOWLIST = env_list(
     "BOXYARD_IMAGE_ALLOWLIST", [BOXYARD_DEFAULT_IMAGE, BOXYARD_TEST_IMAGE]

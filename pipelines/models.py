@@ -99,7 +99,10 @@ class Pipeline(models.Model):
     cpus = models.FloatField(default=1.0, validators=[MinValueValidator(0.01)])
     memory_mb = models.PositiveIntegerField(default=1024, validators=[MinValueValidator(16)])
     pids_limit = models.PositiveIntegerField(default=256, validators=[MinValueValidator(8)])
-    workspace_mb = models.PositiveIntegerField(default=2048, validators=[MinValueValidator(1)])
+    workspace_mb = models.PositiveIntegerField(
+        default=2048, validators=[MinValueValidator(16)],
+        help_text="The size of each sandbox's workspace disk (the file system's own metadata counts).",
+    )
     tmp_mb = models.PositiveIntegerField(default=256, validators=[MinValueValidator(1)])
     network_enabled = models.BooleanField(default=False)
     idle_timeout_seconds = models.PositiveIntegerField(default=1800)

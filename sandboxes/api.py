@@ -11,10 +11,13 @@ from ninja import Field, Query, Router, Schema
 from ninja.responses import codes_4xx, codes_5xx
 
 from boxyard.errors import InvalidInput
+from boxyard.relay import BoundedRelay
 from boxyard.threads import in_pool
 from sandboxes import metrics, selectors, services
-from sandboxes.models import Exec, ExecState, Sandbox
+from sandboxes.models import Exec, ExecState, Sandbox, State
 from sandboxes.schemas import (
+    ResetIn,
+    ResetOut,
     CloseOut,
     DeleteOut,
     EntryOut,
@@ -105,6 +108,7 @@ def render_exec(record: Exec) -> dict:
         "session": record.session,
         "background": record.background,
         "session_restarted": record.session_restarted,
+        "oom_killed": record.oom_killed,
         "error": record.error,
     }
 
@@ -130,15 +134,40 @@ def sandbox_metrics(request: HttpRequest) -> dict[str, Any]:
 
 @router.get("/sandboxes", response=responds(SandboxListOut), summary="The pipeline's sandboxes")
 def list_sandboxes(
-    request: HttpRequest, status: str | None = None, scope_key: str | None = None
+    request: HttpRequest, status: State | None = None, scope_key: str | None = None
 ) -> dict:
-    found = selectors.sandboxes_for(principal(request), status=status, scope_key=scope_key)
+    # `status` is the enum of states, so the document tells a caller every value it takes.
+    found = selectors.sandboxes_for(
+        principal(request), status=status.value if status else None, scope_key=scope_key
+    )
     return {"sandboxes": [render_sandbox(sandbox) for sandbox in found]}
 
 
 @router.get("/sandboxes/{sandbox_id}", response=responds(SandboxOut), summary="One sandbox")
 def get_sandbox(request: HttpRequest, sandbox_id: str) -> dict:
-    return render_sandbox(selectors.sandbox_for(principal(request), sandbox_id))
+    """The sandbox, with its workspace's size and use (asked of the sandbox when it runs)."""
+    sandbox = selectors.sandbox_for(principal(request), sandbox_id)
+    usage = services.workspace_usage(sandbox)
+    return {
+        **render_sandbox(sandbox),
+        "workspace": {
+            "limit_bytes": usage.limit_bytes, "used_bytes": usage.used_bytes,
+            "enforced": usage.enforced,
+        },
+    }
+
+
+@router.post(
+    "/sandboxes/{sandbox_id}/reset", response=responds(ResetOut),
+    summary="End every process in the sandbox; sessions and managed processes start again",
+)
+def reset_sandbox(request: HttpRequest, sandbox_id: str, body: ResetIn) -> dict:
+    who = principal(request)
+    sandbox = selectors.sandbox_for(who, sandbox_id)
+    result = services.reset_sandbox(
+        sandbox, who.actor, reason=body.reason, holder=body.holder, epoch=body.epoch
+    )
+    return {"ok": True, "killed": result.killed, "duration_ms": result.duration_ms}
 
 
 class CloseQuery(Fencing):
@@ -225,7 +254,7 @@ class StreamQuery(Schema):
     summary="An exec's output as server-sent events, as it is produced",
     openapi_extra={
         "responses": {
-            "200": {
+            200: {  # the same key as `response`'s, or the document would hold "200" twice
                 "description": "`chunk` events ({seq, stream, text}), then one `exit` event "
                 "({exit_code, timed_out, killed}); comments keep the connection alive.",
                 "content": {"text/event-stream": {"schema": _SSE_EVENT}},
@@ -249,37 +278,59 @@ def _sse(event: str, data: dict) -> bytes:
 
 
 async def _events(record: Exec, since_seq: int) -> AsyncIterator[bytes]:
-    """Chunks as the agent reads them, then the end; from the record if the agent is gone."""
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[dict] = asyncio.Queue()
-
-    def push(event: dict) -> None:
-        loop.call_soon_threadsafe(queue.put_nowait, event)
-
-    stop = await in_pool(services.subscribe, record, since_seq, push)
+    """Chunks as the agent reads them, then the end; from the record if the agent is gone.
+    A client that falls behind by more than _BACKLOG_CHARS gets the rest read from the
+    agent's copy of the output, at its own pace."""
+    relay: BoundedRelay[dict] = BoundedRelay(
+        asyncio.get_running_loop(), _BACKLOG_CHARS, lambda event: len(event.get("text", "")) + 64
+    )
+    stop = await in_pool(services.subscribe, record, since_seq, relay.push)
     if stop is None:
         chunks, record = await in_pool(services.exec_output, record, since_seq)
         for chunk in chunks:
             yield _sse("chunk", chunk)
         yield _sse("exit", render_progress(record))
         return
+    behind = False
     try:
         while True:
             try:
-                event = await asyncio.wait_for(queue.get(), timeout=_KEEPALIVE_SECONDS)
+                event = await relay.get(timeout=_KEEPALIVE_SECONDS)
             except TimeoutError:
                 yield b": keep-alive\n\n"
                 continue
+            if event is None:
+                behind = True
+                break
             kind = event.pop("event")
+            if kind == "chunk":
+                since_seq = event["seq"]
             yield _sse(kind, event)
             if kind in ("exit", "gone"):
                 break
     finally:
         await in_pool(stop)
+    while behind:
+        chunks, record = await in_pool(services.exec_output, record, since_seq, _BACKLOG_CHARS)
+        for chunk in chunks:
+            since_seq = chunk["seq"]  # type: ignore[assignment]  # an int, from render_chunks
+            yield _sse("chunk", chunk)
+        if not chunks and record.state != ExecState.RUNNING:
+            yield _sse("exit", {
+                **render_progress(record), "timed_out": record.state == ExecState.TIMED_OUT,
+                "killed": record.state == ExecState.KILLED,
+            })
+            return
+        if not chunks:
+            await asyncio.sleep(_CATCH_UP_PAUSE_SECONDS)
     await in_pool(services.wait_exec, record, 5)
 
 
 _KEEPALIVE_SECONDS = 15
+# Output queued for one event stream at most (characters of text); and how often a stream
+# that fell behind looks for new output once it has caught up.
+_BACKLOG_CHARS = 1024 * 1024
+_CATCH_UP_PAUSE_SECONDS = 0.25
 
 
 @router.post(
@@ -305,12 +356,13 @@ def exec_kill(request: HttpRequest, sandbox_id: str, exec_id: str, body: Fencing
 def write_file(request: HttpRequest, sandbox_id: str, body: WriteIn) -> dict:
     who = principal(request)
     sandbox = selectors.sandbox_for(who, sandbox_id)
-    data = services.files.decode_contents(body.contents, body.contents_b64)
+    size, data = services.files.decoded_contents(body.contents, body.contents_b64)
+    request.__dict__.pop("_body", None)  # parsed: the raw body need not wait for the write
     path = services.write_file(
         sandbox, body.path, data, who.actor, mode=body.mode, overwrite=body.overwrite,
         holder=body.holder, epoch=body.epoch,
     )
-    return {"ok": True, "path": path, "size_bytes": len(data)}
+    return {"ok": True, "path": path, "size_bytes": size}
 
 
 class ReadQuery(Schema):
@@ -509,6 +561,7 @@ class RunOut(Schema):
     truncated: bool
     duration_ms: int
     status: str
+    oom_killed: bool = Field(description="The kernel killed it: the sandbox ran out of memory.")
     error: str
 
 
@@ -529,6 +582,7 @@ def run(request: HttpRequest, body: RunIn) -> dict:
         "truncated": record.truncated,
         "duration_ms": result.duration_ms,
         "status": record.state,
+        "oom_killed": record.oom_killed,
         "error": record.error,
     }
 

@@ -200,13 +200,14 @@ class SandboxConsumer(DashboardConsumer):
         previous = None
         while True:
             reading = await database_sync_to_async(dashboard.usage_of)(sandbox_id)
-            await self.send_html(self.render_usage(reading, previous))
+            workspace = await database_sync_to_async(dashboard.workspace_of)(sandbox_id)
+            await self.send_html(self.render_usage(reading, previous, workspace))
             previous = reading
             await asyncio.sleep(self.USAGE_SECONDS)
 
-    def render_usage(self, reading: Any, previous: Any) -> str:
+    def render_usage(self, reading: Any, previous: Any, workspace: Any = None) -> str:
         with translation.override(self.language):
-            text = dashboard.usage_text(reading, previous)
+            text = dashboard.usage_text(reading, previous, workspace)
         return f'<p id="usage" class="usage" data-testid="usage" hx-swap-oob="true">{escape(text)}</p>'
 
     def joined_groups(self) -> list[str]:

@@ -12,6 +12,7 @@ from boxyard.errors import BoxyardError
 
 from sandboxes.models import Event, Exec, Sandbox, State
 from sandboxes.runtime import Usage, get_runtime
+from sandboxes.services.workspaces import WorkspaceUsage, workspace_usage
 
 FLEET_LIMIT = 500
 
@@ -117,15 +118,27 @@ def usage_of(sandbox_id: object) -> Usage | None:
         return None
 
 
-def usage_text(reading: Usage | None, previous: Usage | None) -> str:
-    """"CPU 3.2% · memory 12 MiB of 1024 MiB": the CPU share between two readings."""
+def workspace_of(sandbox_id: object) -> WorkspaceUsage | None:
+    """The workspace's size and use now, or None (not running)."""
+    sandbox = Sandbox.objects.filter(pk=sandbox_id, state=State.RUNNING).first()
+    return workspace_usage(sandbox) if sandbox is not None else None
+
+
+def usage_text(
+    reading: Usage | None, previous: Usage | None, workspace: WorkspaceUsage | None = None
+) -> str:
+    """"CPU 3.2% · memory 12 MiB of 1024 MiB · workspace 3 MiB of 2048 MiB": the CPU share
+    between two readings."""
     if reading is None:
         return ""
-    memory = _("memory %(used)s MiB of %(limit)s MiB") % {
+    parts = [_("memory %(used)s MiB of %(limit)s MiB") % {
         "used": round(reading.memory_bytes / 2**20, 1), "limit": round(reading.memory_limit_bytes / 2**20),
-    }
-    if previous is None or reading.system_ns <= previous.system_ns:
-        return memory
-    share = (reading.cpu_ns - previous.cpu_ns) / (reading.system_ns - previous.system_ns)
-    cpu = _("CPU %(percent)s%%") % {"percent": round(max(share, 0) * reading.online_cpus * 100, 1)}
-    return f"{cpu} · {memory}"
+    }]
+    if previous is not None and reading.system_ns > previous.system_ns:
+        share = (reading.cpu_ns - previous.cpu_ns) / (reading.system_ns - previous.system_ns)
+        parts.insert(0, _("CPU %(percent)s%%") % {"percent": round(max(share, 0) * reading.online_cpus * 100, 1)})
+    if workspace is not None and workspace.used_bytes is not None and workspace.limit_bytes:
+        parts.append(_("workspace %(used)s MiB of %(limit)s MiB") % {
+            "used": round(workspace.used_bytes / 2**20, 1), "limit": round(workspace.limit_bytes / 2**20),
+        })
+    return " · ".join(parts)

@@ -87,6 +87,11 @@ class Sandbox(models.Model):
     agent = models.CharField(
         max_length=64, blank=True, help_text="Digest of the agent in its container; empty: none."
     )
+    workspace_limit_bytes = models.BigIntegerField(
+        null=True, blank=True,
+        help_text="The size of the workspace's disk; empty: a workspace made before workspaces "
+        "had disks, on which no limit is enforced.",
+    )
 
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -236,6 +241,9 @@ class Exec(models.Model):
     stderr_truncated = models.BooleanField(default=False)
     session_restarted = models.BooleanField(
         default=False, help_text="The command ended its shell; the session was started again."
+    )
+    oom_killed = models.BooleanField(
+        default=False, help_text="The kernel killed it for want of memory (the sandbox's limit)."
     )
     error = models.TextField(blank=True)
     started_at = models.DateTimeField(auto_now_add=True)

@@ -37,6 +37,15 @@ class LeaseOut(Schema):
     expires_at: datetime | None
 
 
+class WorkspaceOut(Schema):
+    limit_bytes: int | None = Field(
+        description="The size of the workspace's disk; writes past it fail (ENOSPC inside, 507 "
+        "workspace_full through the API). Null: a workspace made before workspaces had disks."
+    )
+    used_bytes: int | None = Field(description="Used now; null when the sandbox is not running.")
+    enforced: bool
+
+
 class SandboxOut(Schema):
     sandbox_id: UUID
     pipeline: str
@@ -54,6 +63,9 @@ class SandboxOut(Schema):
     )
     expires_at: datetime | None = Field(None, description="Reaped at this time (time to live).")
     lease: LeaseOut
+    workspace: WorkspaceOut | None = Field(
+        None, description="The workspace's disk: its size and use (one sandbox's GET only)."
+    )
 
 
 class OpenIn(Schema):
@@ -134,6 +146,9 @@ class ExecOut(Schema):
         description="The command ended its shell (exit, exec, set -e, a kill): the session was "
         "started again from its last cwd and environment."
     )
+    oom_killed: bool = Field(
+        description="The kernel killed it (exit code 137): the sandbox ran out of memory."
+    )
     error: str
 
 
@@ -158,6 +173,16 @@ class WaitOut(Schema):
     done: bool
     status: str
     exit_code: int | None
+
+
+class ResetIn(Fencing):
+    reason: str | None = Field(None, max_length=500, description="Why, for the event it records.")
+
+
+class ResetOut(Schema):
+    ok: bool
+    killed: int = Field(description="How many processes were ended.")
+    duration_ms: int
 
 
 class KillOut(Schema):

@@ -67,9 +67,12 @@ if [ -e "$t" ] || [ -L "$t" ]; then
   [ -d "$t" ] && [ ! -L "$t" ] && exit 207
   [ "$ow" = 1 ] || exit 206
 fi
-tmp="$real/.boxyard-write.$$"
+# Relative names from inside the directory: the temporary file's absolute path may be longer
+# than the kernel's PATH_MAX even when the target's is not.
+cd "$real" || exit 204
+tmp=".boxyard-write.$$"
 if ! cat > "$tmp"; then rm -f "$tmp"; exit 204; fi
-chmod "$mode" "$tmp" && mv -f "$tmp" "$t" || { rm -f "$tmp"; exit 204; }
+chmod "$mode" "$tmp" && mv -f "$tmp" "$name" || { rm -f "$tmp"; exit 204; }
 """
 )
 
@@ -88,7 +91,9 @@ if [ "$n" -lt 0 ]; then exec cat "$real"; else exec head -c "$n" "$real"; fi
 """
 )
 
-# argv: path recursive(0|1). stdout: one line per entry: type|size|mode|mtime|path
+# argv: path recursive(0|1). stdout: per entry, "type|size|mode|mtime|" and a line break,
+# then the path and a NUL: a name may hold line breaks and "|", never a NUL. (Sandboxes with
+# the agent list with `boxyard-agent list`, which writes JSON; this is for those without.)
 LIST = (
     _INSIDE
     + r"""
@@ -97,11 +102,9 @@ p=$1; r=$2
 real=$(realpath "$p" 2>/dev/null) || exit 202
 inside "$real" || exit 203
 [ -d "$real" ] || exit 208
-if [ "$r" = 1 ]; then
-  exec find "$real" -mindepth 1 -exec stat -c '%F|%s|%a|%Y|%n' {} +
-else
-  exec find "$real" -mindepth 1 -maxdepth 1 -exec stat -c '%F|%s|%a|%Y|%n' {} +
-fi
+if [ "$r" = 1 ]; then set --; else set -- -maxdepth 1; fi
+exec find "$real" -mindepth 1 "$@" -exec sh -c \
+  'for f do stat -c "%F|%s|%a|%Y|" -- "$f" && printf "%s\0" "$f"; done' boxyard-stat {} +
 """
 )
 

@@ -13,7 +13,7 @@ from dataclasses import asdict
 from typing import Any
 
 from celery import shared_task
-from celery.signals import worker_ready
+from celery.signals import worker_ready, worker_shutdown
 from django.conf import settings
 
 from boxyard.actors import SYSTEM
@@ -27,6 +27,7 @@ from sandboxes.services.pool import refill_pools as refill_all_pools
 from sandboxes.services.reaping import reap_due
 from sandboxes.services.reconciling import reconcile as reconcile_all
 from sandboxes.services.sampling import sample_fleet as take_sample
+from sandboxes.services.watching import start_following, stop_following
 
 log = logging.getLogger(__name__)
 
@@ -93,3 +94,15 @@ def build_image(reference: str, rebuild: bool = False) -> str:
 @worker_ready.connect
 def _reconcile_at_start(**_: Any) -> None:
     reconcile.delay()
+
+
+@worker_ready.connect
+def _follow_the_engine(**_: Any) -> None:
+    """A container that dies outside Boxyard is marked lost at once (the embedded worker
+    starts its follower itself: it sends no worker_ready)."""
+    start_following()
+
+
+@worker_shutdown.connect
+def _stop_following(**_: Any) -> None:
+    stop_following()

@@ -68,13 +68,13 @@ def sandbox_detail(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
     return render(request, "sandboxes/sandbox.html", context)
 
 
-_ACTIONS = ("takeover", "release", "renew", "restart", "destroy", "stop")
+_ACTIONS = ("takeover", "release", "renew", "restart", "reset", "destroy", "stop")
 
 
 @staff_required
 @require_POST
 def sandbox_action(request: HttpRequest, sandbox_id: UUID, action: str) -> HttpResponse:
-    """Take over, release, renew, restart, stop or destroy, as this admin."""
+    """Take over, release, renew, restart, reset, stop or destroy, as this admin."""
     if action not in _ACTIONS:
         raise Http404(f"no action {action}")
     sandbox = _sandbox(sandbox_id)
@@ -88,6 +88,13 @@ def sandbox_action(request: HttpRequest, sandbox_id: UUID, action: str) -> HttpR
             services.renew_lease(sandbox, actor, holder=str(actor))
         elif action == "restart":
             services.restart_sandbox(sandbox, actor)
+        elif action == "reset":
+            reset = services.reset_sandbox(
+                sandbox, actor, reason=request.POST.get("reason", "")[:500], force=True
+            )
+            messages.success(
+                request, _("Reset: %(count)s processes ended.") % {"count": reset.killed}
+            )
         else:
             services.close_sandbox(
                 sandbox, actor, delete_workspace=action == "destroy", reason=StopReason.ADMIN, force=True
@@ -153,9 +160,11 @@ def _may_scrape(request: HttpRequest) -> bool:
 def files(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
     """A directory of the workspace (the partial the file browser swaps in), or a text file."""
     sandbox = _sandbox(sandbox_id)
-    path = services.files.workspace_path(request.GET.get("path") or "/workspace")
-    context: dict[str, Any] = {"sandbox": sandbox, "path": path, "parent": posixpath.dirname(path)}
+    path = request.GET.get("path") or "/workspace"
+    context: dict[str, Any] = {"sandbox": sandbox, "path": path, "parent": "/workspace"}
     try:
+        path = context["path"] = services.files.workspace_path(path)
+        context["parent"] = posixpath.dirname(path)
         if request.GET.get("view"):
             content = services.read_file(sandbox, path, 256 * 1024)
             context["text"] = content.data.decode("utf-8", errors="replace")
@@ -174,11 +183,12 @@ def files(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
 @require_GET
 def download(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
     sandbox = _sandbox(sandbox_id)
-    path = services.files.workspace_path(request.GET.get("path") or "")
     try:
+        path = services.files.workspace_path(request.GET.get("path") or "")
         size, chunks = services.open_file_stream(sandbox, path)
     except BoxyardError as error:
-        return HttpResponse(error.message, status=error.status, content_type="text/plain")
+        context = {"nav": "fleet", "sandbox": sandbox, "error": error.message}
+        return render(request, "sandboxes/file_error.html", context, status=error.status)
     response = StreamingHttpResponse(_pulled(chunks), content_type="application/octet-stream")
     response["Content-Length"] = str(size)
     response["Content-Disposition"] = f'attachment; filename="{_ascii_name(path)}"'
@@ -191,13 +201,13 @@ def upload(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
     """Write an uploaded file into the directory shown, as the admin (who must hold the lease:
     the bot's lease refuses it, as it refuses any other writer)."""
     sandbox = _sandbox(sandbox_id)
-    directory = services.files.workspace_path(request.POST.get("path") or "/workspace")
     upload_file = request.FILES.get("file")
     if upload_file is None:
         messages.error(request, _("Choose a file to upload."))
         return redirect("sandbox", sandbox_id=sandbox.pk)
     actor = admin_actor(request)
     try:
+        directory = services.files.workspace_path(request.POST.get("path") or "/workspace")
         services.write_file(
             sandbox, posixpath.join(directory, posixpath.basename(upload_file.name)),
             b"".join(upload_file.chunks()), actor, holder=str(actor),

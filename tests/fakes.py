@@ -5,7 +5,10 @@ this fake only records what was asked and answers like an engine that always wor
 """
 
 import itertools
-from dataclasses import dataclass, field
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from django.conf import settings
@@ -13,9 +16,11 @@ from django.conf import settings
 from sandboxes.runtime import (
     LABEL_AGENT,
     LABEL_WORKSPACE_UID,
+    ContainerEvent,
     ContainerInfo,
     ContainerSpec,
     ExecResult,
+    WorkspaceInfo,
 )
 
 _ids = itertools.count(1)
@@ -26,6 +31,8 @@ class FakeRuntime:
     containers: dict[str, ContainerInfo] = field(default_factory=dict)
     volumes: set[str] = field(default_factory=set)
     execs: list[list[str]] = field(default_factory=list)
+    happened: list[ContainerEvent] = field(default_factory=list)
+    _news: threading.Condition = field(default_factory=threading.Condition)
 
     def ping(self) -> None:
         pass
@@ -42,10 +49,10 @@ class FakeRuntime:
     def remove_image(self, reference: str) -> None:
         pass
 
-    def ensure_volume(self, name: str, labels: dict[str, str]) -> bool:
+    def ensure_workspace(self, name: str, labels: dict[str, str], size_mb: int) -> WorkspaceInfo:
         created = name not in self.volumes
         self.volumes.add(name)
-        return created
+        return WorkspaceInfo(name=name, limit_bytes=size_mb * 1024 * 1024, created=created)
 
     def remove_volume(self, name: str) -> None:
         self.volumes.discard(name)
@@ -53,7 +60,13 @@ class FakeRuntime:
     def list_volumes(self, labels: dict[str, str]) -> list[str]:
         return sorted(self.volumes)
 
-    def prepare_volume(self, name: str, image: str, user: str) -> None:
+    def remove_workspace(self, name: str) -> None:
+        self.remove_volume(name)
+
+    def remove_orphan_disks(self, older_than_seconds: float) -> list[str]:
+        return []  # a fake workspace is its volume: nothing is left behind
+
+    def set_pids_limit(self, name_or_id: str, limit: int) -> None:
         pass
 
     def ensure_container(self, spec: ContainerSpec) -> ContainerInfo:
@@ -63,6 +76,7 @@ class FakeRuntime:
                 # No agent runs in a fake container: its execs take the one-shot path.
                 labels={k: v for k, v in spec.labels.items() if k != LABEL_AGENT},
             )
+            self._happen(self.containers[spec.name], "start")
         return self.containers[spec.name]
 
     def inspect_container(self, name_or_id: str) -> ContainerInfo | None:
@@ -82,7 +96,28 @@ class FakeRuntime:
 
     def remove_container(self, name_or_id: str) -> None:
         if (info := self._find(name_or_id)) is not None:
+            if info.running:
+                self._happen(info, "die", exit_code=137)
             del self.containers[info.name]
+            self._happen(info, "destroy")
+
+    def kill(self, name_or_id: str) -> None:
+        """What `docker kill` does: the container stops, and stays."""
+        info = self._find(name_or_id)
+        assert info is not None, f"no container {name_or_id}"
+        self.containers[info.name] = replace(info, status="exited", exit_code=137)
+        self._happen(info, "die", exit_code=137)
+
+    def events(self, labels: dict[str, str], since: float | None = None) -> "FakeEvents":
+        return FakeEvents(self, labels, time.time() if since is None else since)
+
+    def _happen(self, info: ContainerInfo, action: str, exit_code: int | None = None) -> None:
+        with self._news:
+            self.happened.append(ContainerEvent(
+                container_id=info.id, name=info.name, action=action, labels=dict(info.labels),
+                time=time.time(), exit_code=exit_code,
+            ))
+            self._news.notify_all()
 
     def exec(self, container: str, argv: list[str], **kwargs: object) -> ExecResult:
         self.execs.append(argv)
@@ -96,3 +131,29 @@ class FakeRuntime:
 
     def ensure_agent(self, image: str, binary: bytes, digest: str) -> str:
         return f"fake-agent-{digest[:16]}"
+
+
+class FakeEvents:
+    """The fake engine's events from `since`, as they happen, until closed."""
+
+    def __init__(self, fake: FakeRuntime, labels: dict[str, str], since: float) -> None:
+        self._fake, self._labels, self._since = fake, labels, since
+        self._closed = False
+
+    def __iter__(self) -> Iterator[ContainerEvent]:
+        given = 0
+        while True:
+            with self._fake._news:
+                while not self._closed and len(self._fake.happened) <= given:
+                    self._fake._news.wait(timeout=1)
+                if self._closed:
+                    return
+                news, given = self._fake.happened[given:], len(self._fake.happened)
+            for event in news:
+                if event.time >= self._since and self._labels.items() <= event.labels.items():
+                    yield event
+
+    def close(self) -> None:
+        with self._fake._news:
+            self._closed = True
+            self._fake._news.notify_all()

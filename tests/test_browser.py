@@ -115,16 +115,20 @@ def alice(django_user_model: Any) -> Any:
     return django_user_model.objects.create_user("alice", password=PASSWORD, is_staff=True)
 
 
-def test_an_admin_steps_in_and_hands_back(alice, server, browser, tmp_path) -> None:
-    page = browser.new_page(viewport={"width": 1280, "height": 900}, accept_downloads=True)
-    page.set_default_timeout(20_000)
-
-    # Log in.
-    page.goto(f"{server.url}/")
+def log_in(page: Any, url: str, path: str = "/") -> None:
+    """Log in as alice, from `path`, and land on the fleet."""
+    page.goto(f"{url}{path}")
     page.fill("input[name=username]", "alice")
     page.fill("input[name=password]", PASSWORD)
     page.click("button[type=submit]")
     page.wait_for_selector("h1:has-text('Fleet')")
+
+
+def test_an_admin_steps_in_and_hands_back(alice, server, browser, tmp_path) -> None:
+    page = browser.new_page(viewport={"width": 1280, "height": 900}, accept_downloads=True)
+    page.set_default_timeout(20_000)
+
+    log_in(page, server.url)
 
     # A pipeline with a custom scope: the preview follows the template as it is typed.
     page.goto(f"{server.url}/pipelines/new")

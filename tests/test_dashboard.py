@@ -189,6 +189,22 @@ def test_restart_keeps_the_workspace_and_destroy_removes_it(admin, pipeline, bot
 
 @pytest.mark.docker
 @pytest.mark.django_db
+def test_reset_ends_every_process_and_the_page_shows_the_workspace(admin, pipeline, bot, docker_engine) -> None:
+    sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
+    run = services.run_exec(
+        sandbox, services.clean_request(sandbox, cmd="sleep 1000", background=True), bot
+    )
+    page = admin.get(f"/sandboxes/{sandbox.pk}/").content.decode()
+    assert 'data-testid="workspace">a disk of 2.0\xa0GB' in page and 'data-testid="reset"' in page
+    answer = admin.post(f"/sandboxes/{sandbox.pk}/reset", {"reason": "stuck"}, follow=True)
+    assert re.search(r"Reset: [1-9]\d* processes ended\.", answer.content.decode())
+    assert services.wait_exec(Exec.objects.get(pk=run.pk), 10).state == "killed"
+    event = Event.objects.get(sandbox=sandbox, action="sandbox.reset")
+    assert (event.actor, event.reason) == ("admin:alice", "stuck")
+
+
+@pytest.mark.docker
+@pytest.mark.django_db
 def test_sessions_find_a_chats_sandboxes_and_what_ran_there(admin, pipeline, bot, docker_engine) -> None:
     sandbox = services.open_sandbox(pipeline, {**CHAT, "conversation_id": "conv-777"}, bot).sandbox
     services.run_exec(sandbox, services.clean_request(sandbox, cmd="echo from-the-bot"), bot)
@@ -387,3 +403,15 @@ def test_usage_reads_as_a_cpu_share_and_memory() -> None:
     assert usage_text(after, before) == "CPU 25.0% · memory 12.0 MiB of 1024 MiB"
     assert usage_text(after, None) == "memory 12.0 MiB of 1024 MiB"
     assert usage_text(None, before) == ""
+
+
+def test_usage_says_how_full_the_workspace_is() -> None:
+    from sandboxes.dashboard import usage_text
+    from sandboxes.runtime import Usage
+    from sandboxes.services import WorkspaceUsage
+
+    reading = Usage(cpu_ns=0, system_ns=0, online_cpus=2, memory_bytes=12 * 2**20, memory_limit_bytes=2**30)
+    full = WorkspaceUsage(limit_bytes=32 * 2**20, used_bytes=31 * 2**20)
+    assert usage_text(reading, None, full) == "memory 12.0 MiB of 1024 MiB · workspace 31.0 MiB of 32 MiB"
+    unlimited = WorkspaceUsage(limit_bytes=None, used_bytes=None)
+    assert usage_text(reading, None, unlimited) == "memory 12.0 MiB of 1024 MiB"

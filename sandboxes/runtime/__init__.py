@@ -34,6 +34,11 @@ LABEL_ROLE = "io.boxyard.role"
 # Where the agent's volume is mounted (read-only) in a sandbox, and the agent itself.
 AGENT_MOUNT = "/.boxyard"
 AGENT_PATH = AGENT_MOUNT + "/boxyard-agent"
+# The agent's own tmpfs (its socket, its sessions' state): root's, out of the sandbox's reach.
+AGENT_STATE = "/.boxyard-run"
+# Execs that must run as root, over the sandbox user's processes: the agent's bridge and
+# terminal. Every other exec runs as the sandbox user.
+ROOT = "0:0"
 
 
 def labels_for(**extra: str) -> dict[str, str]:
@@ -69,6 +74,20 @@ class ContainerSpec:
     tmp_mb: int = 256
     network: bool = False
     hostname: str = "sandbox"
+    # The agent binary to run as the container's main process (as root, with only the
+    # capabilities to act on the sandbox user's processes); without it the container sleeps
+    # as `user` and every command is an engine exec.
+    agent: str | None = None
+
+
+@dataclass(frozen=True)
+class WorkspaceInfo:
+    """A sandbox's workspace volume: `limit_bytes` is its disk's size, None for a workspace
+    made before workspaces had disks (no limit is enforced on it)."""
+
+    name: str
+    limit_bytes: int | None
+    created: bool
 
 
 @dataclass(frozen=True)
@@ -81,6 +100,7 @@ class ContainerInfo:
     created_at: datetime | None = None
     exit_code: int | None = None
     oom_killed: bool = False
+    user: str = ""  # the user of its main process
 
     @property
     def running(self) -> bool:
@@ -122,16 +142,23 @@ class Runtime(Protocol):
     def remove_image(self, reference: str) -> None: ...
 
     # volumes
-    def ensure_volume(self, name: str, labels: dict[str, str]) -> bool:
-        """Create the volume unless it exists; True when it was created now."""
-        ...
-
     def remove_volume(self, name: str) -> None: ...
 
     def list_volumes(self, labels: dict[str, str]) -> list[str]: ...
 
-    def prepare_volume(self, name: str, image: str, user: str) -> None:
-        """Give the sandbox user the root of a fresh workspace volume."""
+    def ensure_workspace(self, name: str, labels: dict[str, str], size_mb: int) -> WorkspaceInfo:
+        """A workspace volume on a disk of its own of `size_mb` MiB, owned by the sandbox
+        user, attached and ready to mount (again after the host restarted; grown when it is
+        not in use and asked to be larger). Writes past its size fail with ENOSPC."""
+        ...
+
+    def remove_workspace(self, name: str) -> None:
+        """Remove a workspace volume and its disk ("already gone" is success)."""
+        ...
+
+    def remove_orphan_disks(self, older_than_seconds: float) -> list[str]:
+        """Remove the disks whose workspace volume is gone, older than the given age; their
+        names."""
         ...
 
     # containers
@@ -144,6 +171,10 @@ class Runtime(Protocol):
     def list_containers(self, labels: dict[str, str]) -> list[ContainerInfo]: ...
 
     def stop_container(self, name_or_id: str, timeout: int = 5) -> None: ...
+
+    def set_pids_limit(self, name_or_id: str, limit: int) -> None:
+        """Change a running container's pids limit (to let a jammed sandbox be reset)."""
+        ...
 
     def remove_container(self, name_or_id: str) -> None: ...
 
@@ -158,8 +189,10 @@ class Runtime(Protocol):
         stdin: Iterable[bytes] | None = None,
         output_limit: int = 256 * 1024,
         deadline_seconds: float | None = None,
+        user: str | None = None,
     ) -> ExecResult:
-        """Run argv to completion; keep at most output_limit bytes of each stream."""
+        """Run argv to completion; keep at most output_limit bytes of each stream. Execs run
+        as the sandbox user unless `user` says otherwise (ROOT, for the agent's own)."""
         ...
 
     def exec_stream(
@@ -171,19 +204,29 @@ class Runtime(Protocol):
         workdir: str | None = None,
     ) -> "ExecStream": ...
 
-    def attach(self, container: str, argv: list[str]) -> "Duplex":
+    def attach(self, container: str, argv: list[str], *, user: str | None = None) -> "Duplex":
         """Start argv with stdin open and keep both directions for as long as we like."""
         ...
 
     def open_terminal(
         self, container: str, argv: list[str], *, env: dict[str, str] | None = None,
-        cols: int = 80, rows: int = 24,
+        cols: int = 80, rows: int = 24, user: str | None = None,
     ) -> "Terminal":
         """Start argv on a pseudo-terminal in the container: one raw byte stream each way."""
         ...
 
     def usage(self, container: str) -> "Usage | None":
         """The container's CPU and memory counters now; None if it is not running."""
+        ...
+
+    def events(self, labels: dict[str, str], since: float | None = None) -> "EventStream":
+        """The lifecycle events (start, die, oom, destroy) of the containers carrying all
+        `labels`, from `since` (a Unix time on the engine's clock; None: from this call), for
+        as long as the engine runs. A silence, or a connection the engine drops, is no end:
+        the stream connects again and resumes where it left off (as far back as the engine
+        keeps events), each event given once. RuntimeUnavailable, from this call or while
+        iterating, when the engine cannot be reached; `close()`, from any thread, ends the
+        iteration."""
         ...
 
     # the agent
@@ -242,6 +285,26 @@ class Usage:
     online_cpus: int
     memory_bytes: int
     memory_limit_bytes: int
+
+
+@dataclass(frozen=True)
+class ContainerEvent:
+    """One lifecycle event of a container, as the engine reported it."""
+
+    container_id: str
+    name: str
+    action: str  # start, die, oom, destroy
+    labels: dict[str, str]
+    time: float  # Unix seconds on the engine's clock
+    exit_code: int | None = None  # given with die
+
+
+class EventStream(Protocol):
+    """Container events as they happen; `close()` from another thread ends the iteration."""
+
+    def __iter__(self) -> Iterator[ContainerEvent]: ...
+
+    def close(self) -> None: ...
 
 
 @cache

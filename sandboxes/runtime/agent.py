@@ -21,10 +21,14 @@ from typing import Any
 from django.conf import settings
 
 from boxyard.errors import BoxyardError, Conflict, InvalidInput, NotFound, RuntimeFailure
-from sandboxes.runtime import AGENT_PATH, get_runtime
+from sandboxes.runtime import AGENT_PATH, ROOT, get_runtime
+from sandboxes.runtime.streams import LineBuffer, LineTooLong
 
 log = logging.getLogger(__name__)
 
+# The agent's protocol version that runs as root over the sandbox user: tagged processes,
+# reset, oom_killed, statfs, terminals.
+CONTAINED_SINCE_VERSION = 3
 _MAX_LINE = 64 * 1024 * 1024
 _STDERR_KEPT = 4096
 _SLOW_SECONDS = 0.05
@@ -67,7 +71,7 @@ class _Pending:
 class AgentChannel:
     """One open bridge to the agent of one container."""
 
-    def __init__(self, container: str) -> None:
+    def __init__(self, container: str, user: str | None = None) -> None:
         self.container = container
         self.pid = os.getpid()
         self._ids = itertools.count(1)
@@ -77,7 +81,7 @@ class AgentChannel:
         self._stderr = bytearray()
         self.closed = False
         self.version = 0  # the protocol version the agent answers to ping (once opened)
-        self._duplex = get_runtime().attach(container, [AGENT_PATH, "bridge"])
+        self._duplex = get_runtime().attach(container, [AGENT_PATH, "bridge"], user=user)
         self._reader = threading.Thread(
             target=self._read, name=f"agent-{container[:12]}", daemon=True
         )
@@ -144,26 +148,23 @@ class AgentChannel:
         return "the sandbox agent is not reachable" + (f": {detail}" if detail else "")
 
     def _read(self) -> None:
-        buffer = bytearray()
+        lines = LineBuffer(_MAX_LINE)
         try:
             for stream, data in self._duplex.frames():
                 if stream == 2:
                     if len(self._stderr) < _STDERR_KEPT:
                         self._stderr += data[: _STDERR_KEPT - len(self._stderr)]
                     continue
-                buffer += data
-                start = 0
-                while (end := buffer.find(b"\n", start)) >= 0:
-                    self._dispatch(bytes(buffer[start:end]))
-                    start = end + 1
-                del buffer[:start]
-                if len(buffer) > _MAX_LINE:
-                    break
+                for line in lines.feed(data):
+                    self._dispatch(line)
+                    del line  # a long answer is not kept while the channel waits for the next
+        except LineTooLong:
+            log.warning("the agent of %s sent a line over %d bytes", self.container[:12], _MAX_LINE)
         except Exception:  # noqa: BLE001 - whatever broke the stream, the channel is over
             log.exception("agent channel to %s failed", self.container[:12])
         finally:
-            if buffer and len(self._stderr) < _STDERR_KEPT:
-                self._stderr += buffer[: _STDERR_KEPT - len(self._stderr)]
+            if lines.buffered and len(self._stderr) < _STDERR_KEPT:
+                self._stderr += lines.rest(_STDERR_KEPT - len(self._stderr))
             self._fail(self._why())
 
     def _dispatch(self, line: bytes) -> None:
@@ -236,11 +237,15 @@ def channel(container: str) -> AgentChannel:
 
 
 def _open(container: str) -> AgentChannel:
-    # The first bridge of a sandbox starts its daemon; a volume written a moment ago by a
-    # concurrent first start can also fail once. One retry covers both.
+    # The agent of today is the container's main process, as root, and its bridge runs as
+    # root too; an agent of before ran as the sandbox user, started by its first bridge, which
+    # must then be the sandbox user's (a bridge of root's would start it as root). A daemon
+    # still starting, or a volume written a moment ago, can fail once: one retry covers both.
+    info = get_runtime().inspect_container(container)
+    user = ROOT if info is not None and info.user == ROOT else None
     last: BaseException | None = None
     for _ in range(2):
-        fresh = AgentChannel(container)
+        fresh = AgentChannel(container, user)
         try:
             answer = fresh.call("ping", deadline=10)
             version = answer.get("version")
@@ -295,7 +300,7 @@ class AgentBuild:
 
 
 _build_cache: dict[tuple[str, float], AgentBuild] = {}
-_volumes: dict[str, str] = {}
+_volumes: dict[tuple[int, str], str] = {}
 
 
 def agent_build() -> AgentBuild | None:
@@ -317,10 +322,12 @@ def agent_volume(image: str) -> tuple[str, str] | None:
     build = agent_build()
     if build is None:
         return None
+    runtime = get_runtime()
+    key = (id(runtime), build.digest)  # per engine: a volume of one is not on another
     with _registry:
-        name = _volumes.get(build.digest)
+        name = _volumes.get(key)
     if name is None:
-        name = get_runtime().ensure_agent(image, build.content, build.digest)
+        name = runtime.ensure_agent(image, build.content, build.digest)
         with _registry:
-            _volumes[build.digest] = name
+            _volumes[key] = name
     return name, build.digest

@@ -30,12 +30,16 @@ from sandboxes.services.processes import (
     restart_process,
     write_stdin,
 )
+from sandboxes.services.resetting import ResetResult, reset_sandbox
 from sandboxes.services.sessions import create_session, delete_session, list_sessions
+from sandboxes.services.workspaces import WorkspaceUsage, workspace_usage
 
 __all__ = [
     "SYSTEM",
     "Actor",
     "Opened",
+    "ResetResult",
+    "WorkspaceUsage",
     "boot",
     "clean_request",
     "close_sandbox",
@@ -55,6 +59,7 @@ __all__ = [
     "read_output",
     "release_lease",
     "renew_lease",
+    "reset_sandbox",
     "restart_process",
     "restart_sandbox",
     "run_exec",
@@ -63,4 +68,5 @@ __all__ = [
     "wait_exec",
     "write_file",
     "write_stdin",
+    "workspace_usage",
 ]

@@ -54,10 +54,10 @@ def run_code(
         raise InvalidInput("code", "must be a string")
     extra = _clean_files(files_in)
     entry, argv = LANGUAGES[language]
-    # One command in a sandbox that is closed right after: a fresh engine exec is cheaper
-    # than starting the agent for it.
+    # A fresh command: the agent (the container's main process) runs it outside any
+    # session, so its processes end with its timeout and an out-of-memory kill is told.
     request = clean_request(
-        pipeline, cmd=argv, env=env, timeout_seconds=timeout_seconds, engine=True
+        pipeline, cmd=argv, env=env, timeout_seconds=timeout_seconds, one_shot=True
     )
     started = time.monotonic()
     with transaction.atomic():

@@ -10,6 +10,7 @@ import hashlib
 import json
 import re
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -19,9 +20,11 @@ from boxyard import chaos
 from boxyard.actors import SYSTEM, Actor
 from boxyard.errors import ImageNotAllowed, RuntimeFailure, RuntimeUnavailable
 from pipelines.models import Pipeline, Skill, SkillMode, image_allowed
-from sandboxes.models import Sandbox, State, StopReason
+from sandboxes import metrics
+from sandboxes.models import Lease, Sandbox, State, StopReason
 from sandboxes.runtime import (
     AGENT_MOUNT,
+    AGENT_PATH,
     LABEL_AGENT,
     LABEL_GENERATION,
     LABEL_PIPELINE,
@@ -109,25 +112,34 @@ def profile_digest(pipeline: Pipeline) -> str:
     made_of = [
         pipeline.effective_image, pipeline.cpus, pipeline.memory_mb, pipeline.pids_limit,
         pipeline.tmp_mb, pipeline.network_enabled, sorted((pipeline.env or {}).items()),
-        pipeline.processes, skills, pipeline.retention,
+        pipeline.processes, skills, pipeline.retention, pipeline.workspace_mb,
     ]
     return hashlib.sha256(json.dumps(made_of, default=str).encode()).hexdigest()[:32]
 
 
 def build_spec(
-    sandbox: Sandbox, image_labels: dict[str, str], agent: tuple[str, str] | None = None
+    sandbox: Sandbox,
+    image_labels: dict[str, str],
+    agent: tuple[str, str] | None = None,
+    *,
+    disk: bool = True,
 ) -> ContainerSpec:
-    """The container of a sandbox; `agent` is (volume, digest) of the agent to mount."""
+    """The container of a sandbox; `agent` is (volume, digest) of the agent to mount, `disk`
+    whether the workspace is a disk of its own (its root is the sandbox user's already)."""
     pipeline = sandbox.pipeline
     workspace = Mount(
-        source=sandbox.volume_name, target=WORKSPACE, no_copy=not _image_owns_workspace(image_labels)
+        source=sandbox.volume_name,
+        target=WORKSPACE,
+        no_copy=disk or not _image_owns_workspace(image_labels),
     )
     mounts = (workspace, *skill_mounts(pipeline))
     labels = sandbox_labels(sandbox)
+    agent_path = None
     if agent is not None:
         volume, digest = agent
         mounts += (Mount(source=volume, target=AGENT_MOUNT, read_only=True, no_copy=True),)
         labels[LABEL_AGENT] = digest
+        agent_path = AGENT_PATH
     return ContainerSpec(
         name=sandbox.container_name or container_name(sandbox),
         image=sandbox.image,
@@ -141,6 +153,7 @@ def build_spec(
         pids_limit=pipeline.pids_limit,
         tmp_mb=pipeline.tmp_mb,
         network=pipeline.network_enabled,
+        agent=agent_path,
     )
 
 
@@ -167,12 +180,12 @@ def provision(sandbox: Sandbox, actor: Actor = SYSTEM) -> Sandbox:
                     f"{error.message}"
                 ) from error
             image_labels = runtime.image_labels(sandbox.image) or {}
-        spec = build_spec(sandbox, image_labels, agent_volume(sandbox.image))
-        created = runtime.ensure_volume(
-            sandbox.volume_name, labels_for(**{LABEL_SANDBOX: str(sandbox.id)})
+        workspace = runtime.ensure_workspace(
+            sandbox.volume_name, labels_for(**{LABEL_SANDBOX: str(sandbox.id)}), pipeline.workspace_mb
         )
-        if created and not _image_owns_workspace(image_labels):
-            runtime.prepare_volume(sandbox.volume_name, sandbox.image, settings.BOXYARD_SANDBOX_USER)
+        spec = build_spec(
+            sandbox, image_labels, agent_volume(sandbox.image), disk=workspace.limit_bytes is not None
+        )
         chaos.point("create:volume")
         info = runtime.ensure_container(spec)
     except RuntimeUnavailable:
@@ -189,6 +202,7 @@ def provision(sandbox: Sandbox, actor: Actor = SYSTEM) -> Sandbox:
             container_id=info.id,
             container_name=info.name,
             agent=info.labels.get(LABEL_AGENT, ""),
+            workspace_limit_bytes=workspace.limit_bytes,
             started_at=Now(),
             last_activity_at=Now(),
             idle_deadline=Now() + timedelta(seconds=pipeline.idle_timeout_seconds),
@@ -232,7 +246,7 @@ def remove(sandbox: Sandbox, *, delete_workspace: bool) -> None:
     runtime.remove_container(sandbox.container_id or sandbox.container_name or container_name(sandbox))
     chaos.point("stop:container-removed")
     if delete_workspace:
-        runtime.remove_volume(sandbox.volume_name)
+        runtime.remove_workspace(sandbox.volume_name)
 
 
 def mark_gone(sandbox: Sandbox, error: ContainerGone, actor: Actor = SYSTEM) -> None:
@@ -244,3 +258,37 @@ def mark_gone(sandbox: Sandbox, error: ContainerGone, actor: Actor = SYSTEM) -> 
         if updated:
             events.record(actor, "sandbox.container_lost", sandbox=sandbox, reason=str(error)[:200])
     sandbox.refresh_from_db()
+
+
+def mark_lost(
+    sandbox: Sandbox, actor: Actor = SYSTEM, *, container_id: str | None = None, **detail: Any
+) -> bool:
+    """Its container is gone or dead: stopped, reason lost, workspace kept, lease released;
+    the next open starts it again. True when this call made the change.
+
+    Only from running or unknown, in the generation the caller saw, and, with `container_id`,
+    while that is still the row's container: a word about an older container says nothing
+    about the one that replaced it. `detail` goes into the event (what the engine said).
+    """
+    if container_id or sandbox.container_id:
+        forget(container_id or sandbox.container_id)
+    rows = Sandbox.objects.filter(
+        pk=sandbox.pk, generation=sandbox.generation, state__in=[State.RUNNING, State.UNKNOWN]
+    )
+    if container_id is not None:
+        rows = rows.filter(container_id=container_id)
+    with transaction.atomic():
+        updated = rows.update(
+            state=State.STOPPED, stop_reason=StopReason.LOST, stopped_at=Now(), container_id="",
+            pooled=False,
+        )
+        if updated:
+            Lease.objects.filter(sandbox=sandbox).update(
+                holder="", expires_at=None, taken_over_from=""
+            )
+            events.record(
+                actor, "sandbox.stopped", sandbox=sandbox, reason=StopReason.LOST, **detail
+            )
+    if updated:
+        metrics.count("boxyard_sandboxes_cleaned_total", sandbox.pipeline.slug, StopReason.LOST)
+    return bool(updated)

@@ -3,9 +3,10 @@
 Sandboxes created with the agent (all of them, when the agent binary is installed) run every
 command through it: a foreground command in a session costs a write on the open channel, a
 fresh one (outside any session) is a process the agent starts, and a background command keeps
-running and keeps its output in the agent, whoever asks next. Sandboxes without the agent, and
-compute mode's single command, run in a new engine exec ("one-shot"), with the `default`
-session only and no background execs.
+running and keeps its output in the agent, whoever asks next. The agent runs every process as
+the sandbox user with a tag it cannot shed, so a timeout or a kill ends everything the
+command started (see agent/contain.go). Sandboxes without the agent run each command in a new
+engine exec ("one-shot"), with the `default` session only and no background execs.
 """
 
 import base64
@@ -28,7 +29,7 @@ from boxyard.errors import BoxyardError, InvalidInput, InvalidState, NotFound, R
 from pipelines.models import Pipeline
 from sandboxes import metrics
 from sandboxes.models import SESSION_NAME, Exec, ExecState, Sandbox, ShellSession, State
-from sandboxes.runtime import AGENT_PATH, ContainerGone, ExecDeadlineExceeded, get_runtime
+from sandboxes.runtime import ContainerGone, ExecDeadlineExceeded, get_runtime
 from sandboxes.runtime.agent import AgentChannel, AgentGone, channel
 from sandboxes.scripts import BAD_CWD, EXEC, WORKSPACE, sh
 from sandboxes.services import containers, leases
@@ -62,9 +63,6 @@ class ExecRequest:
     background: bool = False
     # A new process outside any session ("fresh"): the sandbox's own environment and cwd.
     one_shot: bool = False
-    # Start it with a new engine exec rather than through the agent: for a sandbox that runs
-    # one command and is closed (compute mode), where opening the agent's channel costs more.
-    engine: bool = False
     pipeline_env: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -82,7 +80,6 @@ def clean_request(
     timeout_seconds: object = None,
     background: object = False,
     one_shot: bool = False,
-    engine: bool = False,
 ) -> ExecRequest:
     """Check an exec request against the pipeline (or the sandbox's pipeline) it is for."""
     pipeline = target.pipeline if isinstance(target, Sandbox) else target
@@ -118,8 +115,7 @@ def clean_request(
         session=clean_session_name(session),
         timeout_seconds=_clean_timeout(pipeline, timeout_seconds, bool(background)),
         background=_clean_flag(background, "background"),
-        one_shot=one_shot or engine,
-        engine=engine,
+        one_shot=one_shot,
         pipeline_env=dict(pipeline.env or {}),
     )
 
@@ -225,7 +221,7 @@ def run_exec(
     with transaction.atomic():
         sandbox = _relock(sandbox)
         require_running(sandbox, "exec")
-        engine = request.engine or not sandbox.agent
+        engine = not sandbox.agent
         if engine and request.background:
             raise InvalidInput(
                 "background", "this sandbox runs without the agent, so it has no background execs"
@@ -384,8 +380,15 @@ def finish_from_status(record: Exec, status: dict[str, Any]) -> Exec:
         state, error = ExecState.FAILED, str(status.get("error") or "the command could not run")
     else:
         state, error = ExecState.COMPLETED, ""
+    if status.get("oom_killed") is True:
+        note = "killed by the kernel: the sandbox ran out of memory (its memory_mb limit)"
+        error = f"{error}; {note}" if error else note
     if status.get("session_restarted"):
         note = "the command ended its shell; the session was started again with its last state"
+        error = f"{error}; {note}" if error else note
+    if left := _int(status.get("left_running")):
+        deadline = f"end when its timeout ({record.timeout_seconds} s) passes" if record.timeout_seconds else "run until killed"
+        note = f"it left {left} process{'es' if left > 1 else ''} running, which {deadline}"
         error = f"{error}; {note}" if error else note
     values = {
         "state": state,
@@ -397,6 +400,7 @@ def finish_from_status(record: Exec, status: dict[str, Any]) -> Exec:
         "stdout_truncated": stdout_bytes > len(head_out),
         "stderr_truncated": stderr_bytes > len(head_err),
         "session_restarted": status.get("session_restarted") is True,
+        "oom_killed": status.get("oom_killed") is True,
         "duration_ms": _int(status.get("duration_ms")),
         "error": error[:2000],
         "finished_at": timezone.now(),
@@ -495,10 +499,7 @@ def _run_one_shot(sandbox: Sandbox, record: Exec, request: ExecRequest, actor: A
     timeout = request.timeout_seconds or sandbox.pipeline.exec_timeout_seconds
     cwd = request.cwd or WORKSPACE
     mode, command = ("shell", [request.shell]) if request.shell is not None else ("argv", request.argv)
-    if sandbox.agent:  # the agent's one-shot runner: the same contract, a fraction of the cost
-        argv = [AGENT_PATH, "oneshot", str(timeout), cwd, mode, *(command or [])]
-    else:
-        argv = sh(EXEC, "boxyard-exec", str(timeout), cwd, mode, *(command or []))
+    argv = sh(EXEC, "boxyard-exec", str(timeout), cwd, mode, *(command or []))
     try:
         result = get_runtime().exec(
             sandbox.container_id,
@@ -659,14 +660,17 @@ def wait_exec(record: Exec, timeout_seconds: float) -> Exec:
 
 
 def kill_exec(record: Exec, actor: Actor, *, holder: str | None = None, epoch: int | None = None) -> Exec:
-    """Kill a running exec and every process it started; answer once it has ended."""
-    if record.state != ExecState.RUNNING:
+    """Kill an exec and every process it started, wherever they went, also those it left
+    running after it ended; answer once it has ended."""
+    if record.state != ExecState.RUNNING and not record.sandbox.agent:
         return record
     with transaction.atomic():
         sandbox = Sandbox.objects.locked().get(pk=record.sandbox_id)
         leases.authorize(sandbox, leases.clean_holder(holder, sandbox), leases.clean_epoch(epoch), actor)
     agent = _live_agent(record)
     if agent is None:
+        if record.state != ExecState.RUNNING:
+            return record  # its sandbox stopped: so did every process of it
         raise InvalidState("this exec runs without the agent and ends with its own request")
     try:
         agent.call("kill", exec=str(record.id))

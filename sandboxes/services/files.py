@@ -8,6 +8,7 @@ ever read or written through the engine's archive API or on the host.
 
 import base64
 import binascii
+import json
 import posixpath
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from boxyard.errors import (
 )
 from sandboxes import scripts
 from sandboxes.models import Sandbox
-from sandboxes.runtime import ContainerGone, ExecResult, get_runtime
+from sandboxes.runtime import AGENT_PATH, ContainerGone, ExecResult, get_runtime
 from sandboxes.scripts import WORKSPACE, sh
 from sandboxes.services import containers, events, leases
 from sandboxes.services.execs import require_running
@@ -61,8 +62,16 @@ class FileEntry:
     mtime_unix: int
 
 
+# The kernel's limits, in bytes of the UTF-8 the sandbox sees: one name (NAME_MAX) and a whole
+# path with its terminating NUL (PATH_MAX). Past them the sandbox's own tools fail with "File
+# name too long"; checked here, the caller learns which field was wrong before anything runs.
+NAME_MAX = 255
+PATH_MAX = 4096
+
+
 def workspace_path(path: object, field: str = "path") -> str:
-    """The absolute, normalized path for `path`, refusing anything outside /workspace."""
+    """The absolute, normalized path for `path`, refusing anything outside /workspace and
+    any name or path the kernel would refuse as too long."""
     if not isinstance(path, str) or not path:
         raise InvalidInput(field, "must be a non-empty path")
     if "\x00" in path or len(path) > MAX_PATH_LENGTH:
@@ -70,6 +79,21 @@ def workspace_path(path: object, field: str = "path") -> str:
     normalized = posixpath.normpath(posixpath.join(WORKSPACE, path))
     if normalized != WORKSPACE and not normalized.startswith(WORKSPACE + "/"):
         raise InvalidInput(field, f"{path!r} is outside /workspace")
+    try:
+        size = len(normalized.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidInput(field, "holds a lone surrogate escape; send valid Unicode") from None
+    if size >= PATH_MAX:
+        raise InvalidInput(
+            field, f"is {size} bytes long as an absolute path; at most {PATH_MAX - 1} bytes (PATH_MAX)"
+        )
+    for name in normalized.split("/"):
+        if len(name.encode("utf-8")) > NAME_MAX:
+            raise InvalidInput(
+                field,
+                f"the name {name[:40]!r}… is {len(name.encode('utf-8'))} bytes; a name may be at "
+                f"most {NAME_MAX} bytes (NAME_MAX)",
+            )
     return normalized
 
 
@@ -100,6 +124,32 @@ def decode_contents(contents: object, contents_b64: object) -> bytes:
     if not isinstance(contents, str):
         raise InvalidInput("contents", "must be a string")
     return contents.encode("utf-8", errors="surrogatepass")
+
+
+# Base64 is decoded this many characters at a time (a multiple of 4): a file written from
+# contents_b64 is never held decoded as a whole beside its text.
+_B64_SLICE = 1024 * 1024
+
+
+def decoded_contents(contents: object, contents_b64: object) -> tuple[int, Iterable[bytes]]:
+    """What decode_contents gives, as (size, chunks) decoded as they are written; bad input
+    is refused here, before anything is written."""
+    if contents is not None or not isinstance(contents_b64, str):
+        data = decode_contents(contents, contents_b64)
+        return len(data), [data]
+    try:
+        size = sum(len(chunk) for chunk in _b64_chunks(contents_b64))
+    except (binascii.Error, ValueError):
+        raise InvalidInput("contents_b64", "is not valid base64") from None
+    return size, _b64_chunks(contents_b64)
+
+
+def _b64_chunks(text: str) -> Iterator[bytes]:
+    for start in range(0, len(text), _B64_SLICE):
+        piece = text[start : start + _B64_SLICE]
+        if start + _B64_SLICE < len(text) and piece.endswith("="):
+            raise binascii.Error("padding before the end")
+        yield base64.b64decode(piece, validate=True)
 
 
 def _verdict(result: ExecResult, path: str, *, listing: bool = False) -> None:
@@ -240,6 +290,9 @@ def _reader(sandbox: Sandbox) -> Actor:
     return Actor("system", f"reader:{sandbox.pk}")
 
 
+_SIZE_LINE_BYTES = 32
+
+
 def open_file_stream(sandbox: Sandbox, path: object) -> tuple[int, Iterator[bytes]]:
     """(size, chunks) of a whole file, streamed from the sandbox without holding it in memory."""
     target = workspace_path(path)
@@ -255,7 +308,7 @@ def open_file_stream(sandbox: Sandbox, path: object) -> tuple[int, Iterator[byte
     head = b""
     for chunk in chunks:
         head += chunk
-        if b"\n" in head:
+        if b"\n" in head or len(head) > _SIZE_LINE_BYTES:  # the size line is short: stop looking
             break
     if b"\n" not in head:
         stream.close()
@@ -279,54 +332,97 @@ _TYPES = {
     "symbolic link": "symlink",
 }
 _KINDS = set(_TYPES) | {"fifo", "socket", "character special file", "block special file"}
+_AGENT_KINDS = {"file", "dir", "symlink", "other"}
+_UNKNOWN_COMMAND = 2  # what an agent older than `list` answers
 
 
 def list_files(sandbox: Sandbox, path: object = None, recursive: object = False) -> tuple[list[FileEntry], bool]:
-    """Entries under a directory, and whether the list was cut at MAX_LIST_ENTRIES."""
+    """Entries under a directory, and whether the list was cut at MAX_LIST_ENTRIES.
+
+    Listed inside the sandbox as the sandbox user, in a structured encoding (JSON from the
+    agent, NUL-separated records from the shell), so that no file name, whatever bytes it
+    holds, can pose as another entry."""
     target = workspace_path(path or WORKSPACE)
     if not isinstance(recursive, bool):
         raise InvalidInput("recursive", "must be true or false")
     _touch(sandbox, "list files")
-    result = _run(
-        sandbox,
-        sh(scripts.LIST, "boxyard-list", target, "1" if recursive else "0"),
-        _reader(sandbox),
-        output_limit=MAX_LIST_ENTRIES * 512,
-    )
-    _verdict(result, target, listing=True)
-    entries = _parse_listing(result.stdout.decode("utf-8", errors="surrogateescape"))
+    flag = "1" if recursive else "0"
+    limit = MAX_LIST_ENTRIES * 1024
+    result = None
+    if sandbox.agent:
+        result = _run(
+            sandbox, [AGENT_PATH, "list", target, flag, str(MAX_LIST_ENTRIES)], _reader(sandbox),
+            output_limit=limit,
+        )
+        if result.exit_code == _UNKNOWN_COMMAND:
+            result = None
+    if result is None:
+        result = _run(sandbox, sh(scripts.LIST, "boxyard-list", target, flag), _reader(sandbox),
+                      output_limit=limit)
+        _verdict(result, target, listing=True)
+        entries = _parse_records(result.stdout)
+    else:
+        _verdict(result, target, listing=True)
+        entries = _parse_json_lines(result.stdout)
     truncated = result.stdout_truncated or len(entries) > MAX_LIST_ENTRIES
-    if result.stdout_truncated and entries:
-        entries.pop()  # the last line may be cut in the middle
     entries.sort(key=lambda entry: entry.path)
     return entries[:MAX_LIST_ENTRIES], truncated
 
 
-def _parse_listing(text: str) -> list[FileEntry]:
+def _entry(path: str, kind: str, size: object, mode: object, mtime: object) -> FileEntry:
+    return FileEntry(
+        path=path,
+        name=posixpath.basename(path),
+        type=kind,
+        size=size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else 0,
+        mode=mode if isinstance(mode, str) and len(mode) <= 5 and mode.isdigit() else "0000",
+        mtime_unix=mtime if isinstance(mtime, int) and not isinstance(mtime, bool) else 0,
+    )
+
+
+def _inside(path: str) -> bool:
+    return path.startswith(WORKSPACE + "/")
+
+
+def _parse_json_lines(data: bytes) -> list[FileEntry]:
+    """`boxyard-agent list`: one JSON object per entry. A line cut by the output limit, or
+    anything that is not an entry, is left out."""
     entries: list[FileEntry] = []
-    for line in text.split("\n"):
-        kind, sep, rest = line.partition("|")
-        fields = rest.split("|", 3)
-        if sep and kind in _KINDS and len(fields) == 4 and fields[3].startswith(WORKSPACE):
-            size, mode, mtime, name = fields
-            entries.append(
-                FileEntry(
-                    path=name,
-                    name=posixpath.basename(name),
-                    type=_TYPES.get(kind, "other"),
-                    size=int(size) if size.isdigit() else 0,
-                    mode=mode.zfill(4),
-                    mtime_unix=int(mtime) if mtime.lstrip("-").isdigit() else 0,
-                )
+    for line in data.split(b"\n"):
+        try:
+            item = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(item, dict) or item.get("type") not in _AGENT_KINDS:
+            continue
+        path = item.get("path")
+        if path is None and isinstance(item.get("path_b64"), str):
+            try:
+                path = base64.b64decode(item["path_b64"]).decode("utf-8", errors="surrogateescape")
+            except ValueError:
+                continue
+        if isinstance(path, str) and _inside(path):
+            entries.append(_entry(path, item["type"], item.get("size"), item.get("mode"), item.get("mtime")))
+    return entries
+
+
+def _parse_records(data: bytes) -> list[FileEntry]:
+    """The shell's listing: per entry "type|size|mode|mtime|", a line break, the path, a NUL.
+    The last record, cut by the output limit, has no NUL and is left out."""
+    entries: list[FileEntry] = []
+    for record in data.split(b"\0")[:-1]:
+        header, newline, raw_path = record.partition(b"\n")
+        fields = header.decode("utf-8", errors="replace").split("|")
+        path = raw_path.decode("utf-8", errors="surrogateescape")
+        if not newline or len(fields) != 5 or fields[0] not in _KINDS or not _inside(path):
+            continue
+        kind, size, mode, mtime, _ = fields
+        entries.append(
+            _entry(
+                path, _TYPES.get(kind, "other"), int(size) if size.isdigit() else 0, mode.zfill(4),
+                int(mtime) if mtime.lstrip("-").isdigit() else 0,
             )
-        elif entries and line:
-            # A file name with a line break in it: the line continues the previous name.
-            last = entries[-1]
-            name = f"{last.path}\n{line}"
-            entries[-1] = FileEntry(
-                path=name, name=posixpath.basename(name), type=last.type, size=last.size,
-                mode=last.mode, mtime_unix=last.mtime_unix,
-            )
+        )
     return entries
 
 

@@ -29,13 +29,11 @@ from uuid import UUID
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models.functions import Now
 from django.utils import timezone
 
 from boxyard.actors import SYSTEM
 from boxyard.errors import BoxyardError
-from sandboxes import metrics
-from sandboxes.models import Lease, Sandbox, State, StopReason
+from sandboxes.models import Sandbox, State
 from sandboxes.runtime import (
     LABEL_GENERATION,
     LABEL_ROLE,
@@ -64,12 +62,13 @@ class Reconciled:
     containers_removed: list[str] = field(default_factory=list)
     volumes_removed: list[str] = field(default_factory=list)
     volumes_without_row: list[str] = field(default_factory=list)
+    disks_removed: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
 
     def changed(self) -> bool:
         return any(
             (self.adopted, self.lost, self.booted, self.stops_finished, self.containers_removed,
-             self.volumes_removed)
+             self.volumes_removed, self.disks_removed)
         )
 
 
@@ -120,6 +119,10 @@ def reconcile(grace_seconds: float | None = None) -> Reconciled:
                 log.warning("removing container %s failed: %s", info.name, error)
                 done.failed.append(info.name)
     _reconcile_volumes(done)
+    try:
+        done.disks_removed = runtime.remove_orphan_disks(grace.total_seconds())
+    except BoxyardError as error:
+        log.warning("removing workspace disks left behind failed: %s", error)
     return done
 
 
@@ -179,23 +182,8 @@ def _adopt(row: Sandbox, info: ContainerInfo, done: Reconciled) -> None:
 
 
 def _mark_lost(row: Sandbox, done: Reconciled) -> None:
-    """Its container is gone: stopped, reason lost, workspace kept, lease released; the next
-    open starts it again."""
-    if row.container_id:
-        forget(row.container_id)
-    with transaction.atomic():
-        updated = Sandbox.objects.filter(
-            pk=row.pk, generation=row.generation, state__in=[State.RUNNING, State.UNKNOWN]
-        ).update(
-            state=State.STOPPED, stop_reason=StopReason.LOST, stopped_at=Now(), container_id="",
-            pooled=False,
-        )
-        if updated:
-            Lease.objects.filter(sandbox=row).update(holder="", expires_at=None, taken_over_from="")
-            events.record(SYSTEM, "sandbox.stopped", sandbox=row, reason=StopReason.LOST)
-            done.lost.append(str(row.pk))
-    if updated:
-        metrics.count("boxyard_sandboxes_cleaned_total", row.pipeline.slug, StopReason.LOST)
+    if containers.mark_lost(row, SYSTEM):
+        done.lost.append(str(row.pk))
 
 
 def _reconcile_volumes(done: Reconciled) -> None:

@@ -10,9 +10,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from boxyard.actors import Actor
-from boxyard.errors import InvalidState
+from boxyard.errors import BoxyardError, InvalidState
 from sandboxes.models import Exec, ExecState, Sandbox, State
-from sandboxes.runtime import ContainerGone, Terminal, get_runtime
+from sandboxes.runtime import AGENT_PATH, ROOT, ContainerGone, Terminal, get_runtime
+from sandboxes.runtime.agent import CONTAINED_SINCE_VERSION, channel
 from sandboxes.services import containers, events, leases
 from sandboxes.services.execs import require_running
 
@@ -36,8 +37,14 @@ def open_terminal(sandbox: Sandbox, actor: Actor, *, cols: int = 100, rows: int 
         events.record(actor, "terminal.opened", sandbox=locked, exec=str(record.pk))
         locked.record_activity(force=True)
     env = {"TERM": "xterm-256color", "HOME": "/workspace", "LANG": "C.UTF-8", **(locked.pipeline.env or {})}
+    argv, user = SHELL, None
+    if _contained(locked):
+        # The agent runs the shell as the sandbox user, and everything it starts ends with it.
+        argv, user = [AGENT_PATH, "terminal", str(record.pk), "--", *SHELL], ROOT
     try:
-        terminal = get_runtime().open_terminal(locked.container_id, SHELL, env=env, cols=cols, rows=rows)
+        terminal = get_runtime().open_terminal(
+            locked.container_id, argv, env=env, cols=cols, rows=rows, user=user
+        )
     except ContainerGone as error:
         containers.mark_gone(locked, error, actor)
         _end(record, ExecState.FAILED, b"", None, str(error))
@@ -46,11 +53,17 @@ def open_terminal(sandbox: Sandbox, actor: Actor, *, cols: int = 100, rows: int 
 
 
 def close_terminal(record: Exec, terminal: Terminal, transcript: bytes, actor: Actor) -> None:
-    """Record the terminal's end: its exit code and the last of what it showed."""
+    """Record the terminal's end: its exit code and the last of what it showed. Whatever it
+    left running ends with it."""
     terminal.close()
+    sandbox = Sandbox.objects.get(pk=record.sandbox_id)
+    if sandbox.state == State.RUNNING and _contained(sandbox):
+        try:
+            channel(sandbox.container_id).call("terminal.end", exec=str(record.pk), deadline=10)
+        except BoxyardError:
+            pass  # the sandbox went away meanwhile, and its processes with it
     _end(record, ExecState.COMPLETED, transcript, terminal.exit_code(), "")
     with transaction.atomic():
-        sandbox = Sandbox.objects.get(pk=record.sandbox_id)
         events.record(actor, "terminal.closed", sandbox=sandbox, exec=str(record.pk))
 
 
@@ -70,6 +83,16 @@ def _end(record: Exec, state: str, transcript: bytes, exit_code: int | None, err
         finished_at=timezone.now(),
         duration_ms=int((timezone.now() - record.started_at).total_seconds() * 1000),
     )
+
+
+def _contained(sandbox: Sandbox) -> bool:
+    """Whether the sandbox's agent runs terminals (and keeps what they start on a leash)."""
+    if not sandbox.agent:
+        return False
+    try:
+        return channel(sandbox.container_id).version >= CONTAINED_SINCE_VERSION
+    except BoxyardError:
+        return False
 
 
 def _size(cols: object, rows: object) -> tuple[int, int]:

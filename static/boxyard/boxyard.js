@@ -1,5 +1,8 @@
-// Boxyard's own script: live countdowns for deadlines (lease, idle, time to live). The page's
-// live parts arrive through htmx and its websocket extension; nothing else runs here.
+// Boxyard's own script: live countdowns for deadlines (lease, idle, time to live), and what
+// the templates ask for with data attributes, since the Content-Security-Policy allows no
+// inline handler: `data-confirm` on a form asks before it is sent, `data-autosubmit` on a
+// field sends its form when it changes. The page's live parts arrive through htmx and its
+// websocket extension.
 (function () {
   "use strict";
 
@@ -18,6 +21,17 @@
       if (!isNaN(at)) el.textContent = left((at - now) / 1000);
     });
   }
+
+  // Listeners on the document, so that forms swapped in later by htmx are covered too.
+  document.addEventListener("submit", function (event) {
+    var question = event.target.getAttribute && event.target.getAttribute("data-confirm");
+    if (question && !window.confirm(question)) event.preventDefault();
+  });
+  document.addEventListener("change", function (event) {
+    var field = event.target;
+    if (!field.hasAttribute || !field.hasAttribute("data-autosubmit") || !field.form) return;
+    if (field.form.requestSubmit) field.form.requestSubmit(); else field.form.submit();
+  });
 
   setInterval(tick, 1000);
   document.addEventListener("DOMContentLoaded", tick);

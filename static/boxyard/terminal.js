@@ -18,7 +18,9 @@
     var cell = charSize(host);
     var cols = Math.max(40, Math.floor((host.clientWidth || 800) / cell.w) - 1);
     var rows = 24;
-    var term = new Terminal({ cols: cols, rows: rows, screenKeys: true, useStyle: true, cursorBlink: true });
+    // useStyle would add a <style> element, which the Content-Security-Policy refuses: the
+    // same rules are in boxyard.css.
+    var term = new Terminal({ cols: cols, rows: rows, screenKeys: true, useStyle: false, cursorBlink: true });
     term.open(host);
     var scheme = location.protocol === "https:" ? "wss://" : "ws://";
     var ws = new WebSocket(scheme + location.host + button.dataset.url + "?cols=" + cols + "&rows=" + rows);

@@ -102,6 +102,10 @@ ROUTES: list[Route] = [
         {"holder": "{holder}", "epoch": "{epoch}"},
     ),
     Route("POST", "/sandboxes/{sandbox_id}/keepalive", {"holder": "{holder}", "epoch": "{epoch}"}),
+    Route(
+        "POST", "/sandboxes/{sandbox_id}/reset",
+        {"reason": "pwned", "holder": "{holder}", "epoch": "{epoch}"},
+    ),
     Route("POST", "/sandboxes/{sandbox_id}/lease/renew", {"holder": "{holder}", "epoch": "{epoch}"}),
     Route(
         "POST", "/sandboxes/{sandbox_id}/lease/release", {"holder": "{holder}", "epoch": "{epoch}"}

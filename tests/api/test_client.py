@@ -36,6 +36,7 @@ from boxyard_client import (
     StaleEpoch,
     TakenOver,
     Unauthorized,
+    WorkspaceFull,
 )
 from boxyard_client._endpoints import API_ROOT, Endpoints, endpoint
 
@@ -125,7 +126,7 @@ def error(status: int, code: str, **extra: Any) -> Recorder:
         (429, "quota_exceeded", QuotaExceeded),
         (502, "runtime_error", BoxyardAPIError),
         (503, "runtime_unavailable", ServiceUnavailable),
-        (507, "workspace_full", BoxyardAPIError),
+        (507, "workspace_full", WorkspaceFull),
     ],
 )
 def test_each_status_and_code_raises_its_error(

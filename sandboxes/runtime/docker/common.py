@@ -1,0 +1,67 @@
+"""What every part of the Docker runtime shares: docker-py's errors as Boxyard's, and the
+engine's description of a container as a `ContainerInfo`."""
+
+import functools
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, ParamSpec, TypeVar
+
+import docker.errors
+import requests.exceptions
+
+from boxyard.errors import RuntimeFailure, RuntimeUnavailable
+from sandboxes.runtime import ContainerGone, ContainerInfo, ImageMissing
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def translate(method: Callable[P, T]) -> Callable[P, T]:
+    """Map docker-py and transport errors onto Boxyard's exception tree."""
+
+    @functools.wraps(method)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return method(*args, **kwargs)
+        except (RuntimeFailure, RuntimeUnavailable):
+            raise
+        except (requests.exceptions.ConnectionError, ConnectionError, FileNotFoundError) as error:
+            raise RuntimeUnavailable(f"the Docker Engine is unreachable: {error}") from error
+        except requests.exceptions.Timeout as error:
+            raise RuntimeUnavailable(f"the Docker Engine did not answer in time: {error}") from error
+        except docker.errors.ImageNotFound as error:
+            raise ImageMissing(f"image not found: {error.explanation or error}") from error
+        except docker.errors.NotFound as error:
+            raise ContainerGone(f"not found: {error.explanation or error}") from error
+        except docker.errors.APIError as error:
+            raise RuntimeFailure(f"the Docker Engine refused: {error.explanation or error}") from error
+        except docker.errors.DockerException as error:
+            raise RuntimeUnavailable(f"the Docker Engine is unreachable: {error}") from error
+
+    return wrapper
+
+
+def container_info(data: dict[str, Any]) -> ContainerInfo:
+    state = data.get("State") or {}
+    config = data.get("Config") or {}
+    created = data.get("Created")
+    return ContainerInfo(
+        id=data["Id"],
+        name=data.get("Name", "").lstrip("/"),
+        status=state.get("Status", "unknown"),
+        labels=config.get("Labels") or {},
+        image=config.get("Image", ""),
+        created_at=parse_time(created) if isinstance(created, str) else None,
+        exit_code=state.get("ExitCode"),
+        oom_killed=bool(state.get("OOMKilled")),
+        user=config.get("User") or "",
+    )
+
+
+def parse_time(value: str) -> datetime | None:
+    # Docker gives nanoseconds ("2026-11-22T04:03:01.123456789Z"); Python takes microseconds.
+    head, _, fraction = value.rstrip("Z").partition(".")
+    try:
+        return datetime.fromisoformat(f"{head}.{(fraction + '000000')[:6]}+00:00")
+    except ValueError:
+        return None

@@ -1,0 +1,373 @@
+"""The Docker Engine: images, volumes, workspaces and containers, with the hardening every
+sandbox gets."""
+
+import io
+import logging
+import os
+import stat
+import tarfile
+import threading
+import time
+from datetime import datetime
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+from docker.types import LogConfig
+from docker.types import Mount as DockerMount
+from docker.types import Ulimit
+
+from boxyard import chaos
+from boxyard.errors import RuntimeFailure
+from sandboxes.runtime import (
+    AGENT_MOUNT,
+    AGENT_STATE,
+    LABEL_GENERATION,
+    LABEL_MANAGED,
+    LABEL_ROLE,
+    LABEL_SANDBOX,
+    ROOT,
+    ContainerInfo,
+    ContainerSpec,
+    Usage,
+    WorkspaceInfo,
+    labels_for,
+)
+from sandboxes.runtime.docker.common import container_info, translate
+from sandboxes.runtime.docker.disks import LABEL_DISK, WorkspaceDisks
+from sandboxes.runtime.docker.events import EventsMixin
+from sandboxes.runtime.docker.execs import ExecsMixin
+
+log = logging.getLogger(__name__)
+
+# The container's own process without the agent: it only keeps the container alive; tini
+# (init) reaps zombies.
+KEEPALIVE = ["sleep", "infinity"]
+AGENT_CAPABILITIES = ["KILL", "SETUID", "SETGID"]
+
+
+class DockerRuntime(ExecsMixin, EventsMixin):
+    def __init__(self, base_url: str | None = None, pool_size: int = 64) -> None:
+        self._base_url = base_url
+        self._pool_size = pool_size
+        self._client: docker.APIClient | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def api(self) -> docker.APIClient:
+        # Created on first use, so that an engine that is down at start-up is only an error
+        # for the calls that need it; "auto" negotiates the API version with the engine.
+        if self._client is None:
+            with self._lock:
+                if self._client is None:
+                    kwargs: dict[str, Any] = (
+                        {"base_url": self._base_url}
+                        if self._base_url
+                        else docker.utils.kwargs_from_env()
+                    )
+                    self._client = docker.APIClient(
+                        version="auto", timeout=120, max_pool_size=self._pool_size, **kwargs
+                    )
+        return self._client
+
+    # --- engine and images --------------------------------------------------------------------
+
+    @translate
+    def ping(self) -> None:
+        self.api.ping()
+
+    @translate
+    def image_labels(self, image: str) -> dict[str, str] | None:
+        try:
+            data = self.api.inspect_image(image)
+        except docker.errors.NotFound:
+            return None
+        return (data.get("Config") or {}).get("Labels") or {}
+
+    @translate
+    def pull(self, image: str) -> None:
+        repository, tag = docker.utils.parse_repository_tag(image)
+        self.api.pull(repository, tag=tag or "latest")
+
+    @translate
+    def import_image(self, tar_path: Path, reference: str, changes: list[str]) -> None:
+        repository, tag = docker.utils.parse_repository_tag(reference)
+        result = self.api.import_image_from_file(
+            str(tar_path), repository=repository, tag=tag or "latest", changes=changes
+        )
+        if "error" in str(result).lower() and "status" not in str(result).lower():
+            raise RuntimeFailure(f"importing {reference} failed: {result}")
+
+    @translate
+    def remove_image(self, reference: str) -> None:
+        try:
+            self.api.remove_image(reference, force=True)
+        except docker.errors.NotFound:
+            pass
+
+    # --- volumes ------------------------------------------------------------------------------
+
+    @translate
+    def remove_volume(self, name: str) -> None:
+        try:
+            labels = self.api.inspect_volume(name).get("Labels") or {}
+        except docker.errors.NotFound:
+            return
+        if LABEL_DISK in labels:
+            self._disks.remove(name)  # a workspace's: its disk goes with it
+            return
+        try:
+            self.api.remove_volume(name, force=True)
+        except docker.errors.NotFound:
+            pass
+
+    @translate
+    def ensure_workspace(self, name: str, labels: dict[str, str], size_mb: int) -> WorkspaceInfo:
+        return self._disks.ensure(name, labels, size_mb)
+
+    @translate
+    def remove_workspace(self, name: str) -> None:
+        self._disks.remove(name)
+
+    @translate
+    def remove_orphan_disks(self, older_than_seconds: float) -> list[str]:
+        return self._disks.remove_orphans(older_than_seconds)
+
+    @cached_property
+    def _disks(self) -> WorkspaceDisks:
+        return WorkspaceDisks(self.api)
+
+    @translate
+    def list_volumes(self, labels: dict[str, str]) -> list[str]:
+        filters = {"label": [f"{key}={value}" for key, value in labels.items()]}
+        return [volume["Name"] for volume in self.api.volumes(filters=filters).get("Volumes") or []]
+
+    # --- containers ---------------------------------------------------------------------------
+
+    def _host_config(self, spec: ContainerSpec) -> dict[str, Any]:
+        for mount in spec.mounts:
+            if mount.kind == "bind":
+                _refuse_dangerous_bind(mount.source)
+        memory = f"{spec.memory_mb}m"
+        return self.api.create_host_config(
+            mounts=[
+                DockerMount(
+                    target=mount.target,
+                    source=mount.source,
+                    type=mount.kind,
+                    read_only=mount.read_only,
+                    no_copy=mount.no_copy if mount.kind == "volume" else False,
+                )
+                for mount in spec.mounts
+            ],
+            cap_drop=["ALL"],
+            # The agent (root) needs these over the sandbox user's processes: to kill them, and
+            # to start them as that user with their tags. The sandbox user gets none at all.
+            cap_add=AGENT_CAPABILITIES if spec.agent else None,
+            security_opt=["no-new-privileges:true"],
+            privileged=False,
+            read_only=True,
+            tmpfs={
+                "/tmp": f"rw,nosuid,nodev,exec,size={spec.tmp_mb}m,mode=1777",
+                **({AGENT_STATE: "rw,nosuid,nodev,noexec,size=16m,mode=0711"} if spec.agent else {}),
+            },
+            pids_limit=spec.pids_limit,
+            mem_limit=memory,
+            memswap_limit=memory,  # equal: no swap
+            nano_cpus=int(spec.cpus * 1_000_000_000),
+            network_mode="bridge" if spec.network else "none",
+            ipc_mode="private",
+            init=True,
+            ulimits=[Ulimit(name="core", soft=0, hard=0)],
+            log_config=LogConfig(type="json-file", config={"max-size": "1m", "max-file": "1"}),
+        )
+
+    @translate
+    def ensure_container(self, spec: ContainerSpec) -> ContainerInfo:
+        if spec.agent:
+            command, user = [spec.agent, "serve", "--user", spec.user], ROOT
+        else:
+            command, user = KEEPALIVE, spec.user
+        try:
+            created = self.api.create_container(
+                spec.image,
+                command,
+                name=spec.name,
+                user=user,
+                labels=spec.labels,
+                environment=spec.env,
+                working_dir=spec.workdir,
+                hostname=spec.hostname,
+                host_config=self._host_config(spec),
+                network_disabled=not spec.network,
+                stop_signal="SIGKILL",
+            )
+        except docker.errors.APIError as error:
+            if error.status_code != 409:
+                raise
+            # The deterministic name is taken: another opener of the same sandbox got there
+            # first. Adopt the container if it is this sandbox's generation, else refuse.
+            return self._start(self._adopt(spec))
+        chaos.point("create:container")
+        return self._start(created["Id"], spec)
+
+    def _start(self, container_id: str, created: ContainerSpec | None = None) -> ContainerInfo:
+        try:
+            self.api.start(container_id)
+        except docker.errors.APIError as error:
+            if error.status_code != 304:  # 304: already started
+                raise
+        if created is not None:
+            # We made it and the engine started it: no need to ask what we already know.
+            return ContainerInfo(
+                id=container_id, name=created.name, status="running", labels=created.labels,
+                image=created.image,
+            )
+        return container_info(self.api.inspect_container(container_id))
+
+    def _adopt(self, spec: ContainerSpec) -> str:
+        # The engine reserves the name before the container exists: a concurrent creator's
+        # container may not be inspectable for a moment after our 409.
+        for attempt in range(100):
+            try:
+                data = self.api.inspect_container(spec.name)
+                break
+            except docker.errors.NotFound:
+                if attempt == 99:
+                    raise
+                time.sleep(0.05)
+        labels = (data.get("Config") or {}).get("Labels") or {}
+        for key in (LABEL_SANDBOX, LABEL_GENERATION):
+            if labels.get(key) != spec.labels.get(key):
+                raise RuntimeFailure(
+                    f"a container named {spec.name} exists and is not this sandbox's "
+                    f"({key}={labels.get(key)!r})"
+                )
+        return data["Id"]
+
+    @translate
+    def inspect_container(self, name_or_id: str) -> ContainerInfo | None:
+        try:
+            return container_info(self.api.inspect_container(name_or_id))
+        except docker.errors.NotFound:
+            return None
+
+    @translate
+    def list_containers(self, labels: dict[str, str]) -> list[ContainerInfo]:
+        filters = {"label": [f"{key}={value}" for key, value in labels.items()]}
+        found = []
+        for summary in self.api.containers(all=True, filters=filters):
+            found.append(
+                ContainerInfo(
+                    id=summary["Id"],
+                    name=(summary.get("Names") or ["/"])[0].lstrip("/"),
+                    status=summary.get("State", "unknown"),
+                    labels=summary.get("Labels") or {},
+                    image=summary.get("Image", ""),
+                    created_at=datetime.fromtimestamp(summary.get("Created", 0)).astimezone(),
+                )
+            )
+        return found
+
+    @translate
+    def set_pids_limit(self, name_or_id: str, limit: int) -> None:
+        self.api.update_container(name_or_id, pids_limit=limit)
+
+    @translate
+    def stop_container(self, name_or_id: str, timeout: int = 5) -> None:
+        try:
+            self.api.stop(name_or_id, timeout=timeout)
+        except docker.errors.NotFound:
+            pass
+
+    @translate
+    def remove_container(self, name_or_id: str) -> None:
+        try:
+            self.api.remove_container(name_or_id, force=True, v=False)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as error:
+            # 409 "removal already in progress" means someone else is removing it: done.
+            if error.status_code != 409:
+                raise
+
+    @translate
+    def usage(self, container: str) -> Usage | None:
+        try:
+            stats = self.api.stats(container, stream=False, one_shot=True)
+        except docker.errors.NotFound:
+            return None
+        cpu = stats.get("cpu_stats") or {}
+        memory = stats.get("memory_stats") or {}
+        if not cpu.get("cpu_usage"):
+            return None  # not running
+        return Usage(
+            cpu_ns=int(cpu["cpu_usage"].get("total_usage", 0)),
+            system_ns=int(cpu.get("system_cpu_usage", 0)),
+            online_cpus=int(cpu.get("online_cpus") or len(cpu["cpu_usage"].get("percpu_usage") or [1])),
+            memory_bytes=int(memory.get("usage", 0)) - int((memory.get("stats") or {}).get("cache", 0)),
+            memory_limit_bytes=int(memory.get("limit", 0)),
+        )
+
+    # --- the agent ----------------------------------------------------------------------------
+
+    @translate
+    def ensure_agent(self, image: str, binary: bytes, digest: str) -> str:
+        # One volume per agent build, shared by every sandbox of this engine. It carries no
+        # deployment label: it belongs to the engine, not to one Boxyard installation.
+        name = f"boxyard-agent-{digest[:16]}"
+        try:
+            self.api.inspect_volume(name)
+        except docker.errors.NotFound:
+            self.api.create_volume(name, labels={LABEL_MANAGED: "1", LABEL_ROLE: "agent"})
+        # A container that is created but never started reaches the volume through the
+        # engine's archive API, which works against any engine, local or remote.
+        helper = self.api.create_container(
+            image,
+            ["true"],
+            user="0:0",
+            labels=labels_for(**{LABEL_ROLE: "agent-helper"}),
+            host_config=self.api.create_host_config(
+                mounts=[DockerMount(target=AGENT_MOUNT, source=name, type="volume")],
+                network_mode="none",
+                cap_drop=["ALL"],
+            ),
+            network_disabled=True,
+        )
+        try:
+            if _archive_size(self.api, helper["Id"], f"{AGENT_MOUNT}/boxyard-agent") != len(binary):
+                self.api.put_archive(helper["Id"], AGENT_MOUNT, _single_file_tar("boxyard-agent", binary))
+        finally:
+            self.api.remove_container(helper["Id"], force=True)
+        return name
+
+
+def _archive_size(api: docker.APIClient, container: str, path: str) -> int | None:
+    try:
+        stream, info = api.get_archive(container, path)
+    except docker.errors.NotFound:
+        return None
+    for _ in stream:  # the body must be read for the connection to be reused
+        pass
+    size = info.get("size")
+    return size if isinstance(size, int) else None
+
+
+def _single_file_tar(name: str, content: bytes) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        member = tarfile.TarInfo(name)
+        member.size = len(content)
+        member.mode = 0o755
+        member.mtime = int(time.time())
+        archive.addfile(member, io.BytesIO(content))
+    return buffer.getvalue()
+
+
+def _refuse_dangerous_bind(source: str) -> None:
+    """Last line of defence: the host's root or a runtime socket never enters a sandbox."""
+    real = os.path.realpath(source)
+    if real == "/" or (os.path.exists(real) and stat.S_ISSOCK(os.stat(real).st_mode)):
+        raise RuntimeFailure(f"refusing to mount {source} into a sandbox")

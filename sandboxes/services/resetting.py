@@ -1,0 +1,114 @@
+"""Reset: end every process in a sandbox and start its sessions and managed processes again,
+keeping the workspace; for a sandbox that code has jammed (a fork bomb at the pids limit, a
+process that ignores every signal, a session wedged by its own command).
+"""
+
+import logging
+import time
+from dataclasses import dataclass
+
+from django.db import transaction
+
+from boxyard.actors import Actor
+from boxyard.errors import BoxyardError, InvalidInput, InvalidState
+from sandboxes.models import Sandbox
+from sandboxes.runtime import get_runtime
+from sandboxes.runtime.agent import CONTAINED_SINCE_VERSION, AgentChannel, channel, is_open
+from sandboxes.services import events, leases, processes
+from sandboxes.services.execs import require_running
+
+log = logging.getLogger(__name__)
+
+MAX_REASON = 500
+# Opening a channel to the agent is an engine exec: at the pids limit there is no room for
+# it, so the limit is raised by this much while the channel opens, then put back.
+_HEADROOM_PIDS = 64
+
+
+@dataclass(frozen=True)
+class ResetResult:
+    sandbox: Sandbox
+    killed: int
+    duration_ms: int
+
+
+def reset_sandbox(
+    sandbox: Sandbox,
+    actor: Actor,
+    *,
+    reason: object = None,
+    holder: str | None = None,
+    epoch: int | None = None,
+    force: bool = False,
+) -> ResetResult:
+    """Kill every process of the sandbox user in the sandbox, however it hid. Running
+    commands end as killed; each session starts a new shell at its next command, with its
+    cwd, exported variables and functions; managed processes start again at once. The
+    workspace and /tmp are not touched. Works with the sandbox at its pids limit.
+
+    An admin's reset (`force`) needs no lease, as an admin's restart needs none.
+
+    Raises InvalidState (not running, or a sandbox without the agent of today), the lease's
+    errors (LeaseBusy, TakenOver, StaleEpoch) and InvalidInput (`reason`).
+    """
+    why = _clean_reason(reason)
+    with transaction.atomic():
+        sandbox = Sandbox.objects.locked().get(pk=sandbox.pk)
+        require_running(sandbox, "reset")
+        if force:
+            acting_as = str(actor)
+        else:
+            acting_as = leases.authorize(
+                sandbox, leases.clean_holder(holder, sandbox), leases.clean_epoch(epoch), actor
+            ).holder
+        sandbox.record_activity()
+    started = time.monotonic()
+    agent = _agent(sandbox)
+    if agent.version < CONTAINED_SINCE_VERSION:
+        raise InvalidState(
+            "this sandbox was made before resets existed; restart it instead (its workspace "
+            "is kept)"
+        )
+    answer = agent.call("reset", deadline=10)
+    killed = answer.get("killed") if isinstance(answer.get("killed"), int) else 0
+    try:
+        processes.start_declared(sandbox, agent)
+    except BoxyardError as error:  # the agent starts them again itself; this is a safety net
+        log.warning("starting %s's processes after its reset failed: %s", sandbox.pk, error)
+    duration_ms = int((time.monotonic() - started) * 1000)
+    with transaction.atomic():
+        events.record(
+            actor, "sandbox.reset", sandbox=sandbox, reason=why, killed=killed,
+            holder=acting_as, duration_ms=duration_ms,
+        )
+    return ResetResult(sandbox=sandbox, killed=killed, duration_ms=duration_ms)
+
+
+def _clean_reason(reason: object) -> str:
+    if reason is None:
+        return ""
+    if not isinstance(reason, str) or len(reason) > MAX_REASON:
+        raise InvalidInput("reason", f"must be text of at most {MAX_REASON} characters")
+    return reason.strip()
+
+
+def _agent(sandbox: Sandbox) -> AgentChannel:
+    """This process's channel to the agent, opened with room made for it if the sandbox is
+    at its pids limit (the agent itself needs no new process to kill the others)."""
+    if not sandbox.agent:
+        raise InvalidState(
+            "this sandbox runs without the agent: restart it instead (its workspace is kept)"
+        )
+    if is_open(sandbox.container_id):
+        return channel(sandbox.container_id)
+    try:
+        return channel(sandbox.container_id)
+    except BoxyardError as error:
+        log.info("opening the agent of %s failed (%s); making room to reset it", sandbox.pk, error)
+    runtime = get_runtime()
+    limit = sandbox.pipeline.pids_limit
+    runtime.set_pids_limit(sandbox.container_id, limit + _HEADROOM_PIDS)
+    try:
+        return channel(sandbox.container_id)
+    finally:
+        runtime.set_pids_limit(sandbox.container_id, limit)
