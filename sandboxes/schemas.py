@@ -176,7 +176,7 @@ class WaitOut(Schema):
 
 
 class ResetIn(Fencing):
-    reason: str | None = Field(None, max_length=500, description="Why, for the event it records.")
+    reason: str | None = Field(None, max_length=200, description="Why, for the event it records.")
 
 
 class ResetOut(Schema):

@@ -90,7 +90,7 @@ def sandbox_action(request: HttpRequest, sandbox_id: UUID, action: str) -> HttpR
             services.restart_sandbox(sandbox, actor)
         elif action == "reset":
             reset = services.reset_sandbox(
-                sandbox, actor, reason=request.POST.get("reason", "")[:500], force=True
+                sandbox, actor, reason=request.POST.get("reason", "")[:200], force=True
             )
             messages.success(
                 request, _("Reset: %(count)s processes ended.") % {"count": reset.killed}

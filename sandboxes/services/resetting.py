@@ -19,7 +19,7 @@ from sandboxes.services.execs import require_running
 
 log = logging.getLogger(__name__)
 
-MAX_REASON = 500
+MAX_REASON = 200  # what an event's reason holds
 # Opening a channel to the agent is an engine exec: at the pids limit there is no room for
 # it, so the limit is raised by this much while the channel opens, then put back.
 _HEADROOM_PIDS = 64
@@ -87,8 +87,8 @@ def reset_sandbox(
 def _clean_reason(reason: object) -> str:
     if reason is None:
         return ""
-    if not isinstance(reason, str) or len(reason) > MAX_REASON:
-        raise InvalidInput("reason", f"must be text of at most {MAX_REASON} characters")
+    if not isinstance(reason, str) or len(reason) > MAX_REASON or any(ord(ch) < 32 for ch in reason):
+        raise InvalidInput("reason", f"must be at most {MAX_REASON} printable characters")
     return reason.strip()
 
 

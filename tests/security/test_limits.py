@@ -87,6 +87,27 @@ def test_a_larger_quota_grows_the_disk_when_it_starts_again(make_pipeline, bot, 
     assert sandbox.workspace_limit_bytes == 64 * MIB
     wrote = run(sandbox, bot, "dd if=/dev/zero of=fill bs=1M count=48 && echo fits", timeout_seconds=60)
     assert wrote.stdout.endswith("fits\n"), wrote.stderr
+    # A smaller quota cannot shrink a disk that holds files: it applies to new workspaces.
+    services.close_sandbox(sandbox, bot)
+    pipeline.workspace_mb = 16
+    pipeline.save()
+    sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
+    assert sandbox.workspace_limit_bytes == 64 * MIB
+    assert services.open_sandbox(pipeline, OTHER_CHAT, bot).sandbox.workspace_limit_bytes == 16 * MIB
+
+
+def test_the_api_shows_the_workspaces_size_and_use(attacked, bot, docker_engine) -> None:
+    from django.test import Client
+
+    from pipelines.models import PipelineToken
+
+    sandbox = attacked(workspace_mb=32)
+    run(sandbox, bot, "dd if=/dev/zero of=four bs=1M count=4")
+    _, token = PipelineToken.issue(sandbox.pipeline, name="tests")
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {token}", SERVER_NAME="localhost")
+    workspace = client.get(f"/api/v1/sandboxes/{sandbox.pk}").json()["workspace"]
+    assert workspace["enforced"] is True and workspace["limit_bytes"] == 32 * MIB
+    assert 4 * MIB <= workspace["used_bytes"] < 12 * MIB
 
 
 def test_workspaces_made_before_disks_keep_working_without_a_limit(make_pipeline, bot, docker_engine) -> None:
@@ -192,3 +213,15 @@ def test_the_reconciler_deletes_a_disk_whose_volume_was_removed_outside(attacked
     assert sandbox.volume_name in done.disks_removed
     assert image not in in_keeper(docker_engine, "ls /disks/*.img 2>/dev/null; true")
     assert sandbox.volume_name not in in_keeper(docker_engine, "losetup -a")
+
+
+def test_cpu_is_held_to_the_pipelines_share(attacked, bot, docker_engine, neighbour) -> None:
+    from tests.security.conftest import cpu_share
+
+    sandbox = attacked(cpus=0.5)
+    spin = run(sandbox, bot, "(while :; do :; done) & (while :; do :; done) & wait", background=True,
+               timeout_seconds=30)
+    share = cpu_share(docker_engine, sandbox, 2.0)
+    assert 0.3 < share < 0.6, f"two spinners used {share:.2f} of a CPU under a limit of 0.5"
+    neighbour.answers()
+    services.kill_exec(spin, bot)
