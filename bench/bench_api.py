@@ -349,14 +349,19 @@ def throwaway(prefix: str) -> Iterator[tuple[str, Path]]:
     volume of that label is removed and the directory deleted, whatever happened."""
     deployment = f"bench-{uuid.uuid4().hex[:8]}"
     data_dir = Path(tempfile.mkdtemp(prefix=prefix))
+    failed = True
     try:
         yield deployment, data_dir
+        failed = False
     finally:
         import docker
 
         api = docker.APIClient(version="auto", timeout=120, **docker.utils.kwargs_from_env())
         containers, volumes = remove_deployment(api, deployment)
-        shutil.rmtree(data_dir, ignore_errors=True)
+        if failed:  # the server's log says why
+            print(f"the run failed: its data directory is kept in {data_dir}", file=sys.stderr)
+        else:
+            shutil.rmtree(data_dir, ignore_errors=True)
         print(
             f"cleanup: server stopped; removed {containers} containers, {volumes} volumes ({deployment})\n",
             file=sys.stderr,

@@ -237,9 +237,11 @@ class RawDocker:
     def host_config(self, volume: str) -> dict[str, Any]:
         from docker.types import LogConfig, Mount, Ulimit
 
+        from sandboxes.runtime.docker.engine import cpu_limit
+
         memory = f"{self.profile.memory_mb}m"
         return self.api.create_host_config(
-            mounts=[Mount(target=WORKSPACE, source=volume, type="volume", read_only=False, no_copy=True)],
+            mounts=[Mount(target=WORKSPACE, source=volume, type="volume", read_only=False)],
             cap_drop=["ALL"],
             security_opt=["no-new-privileges:true"],
             privileged=False,
@@ -248,7 +250,7 @@ class RawDocker:
             pids_limit=self.profile.pids_limit,
             mem_limit=memory,
             memswap_limit=memory,
-            nano_cpus=int(self.profile.cpus * 1_000_000_000),
+            **cpu_limit(self.profile.cpus),
             network_mode="none",
             ipc_mode="private",
             init=True,

@@ -418,10 +418,15 @@ def finish_from_status(record: Exec, status: dict[str, Any]) -> Exec:
 
 
 def _heads(record: Exec) -> tuple[bytes, bytes]:
+    """The first bytes of each stream, from the agent; nothing if it has let the exec go (it
+    keeps finished ones within a cap)."""
     sandbox = record.sandbox
-    status = channel(sandbox.container_id).call(
-        "status", exec=str(record.id), limit=sandbox.pipeline.output_limit_bytes
-    )
+    try:
+        status = channel(sandbox.container_id).call(
+            "status", exec=str(record.id), limit=sandbox.pipeline.output_limit_bytes
+        )
+    except NotFound:
+        return b"", b""
     return _raw(status.get("stdout")), _raw(status.get("stderr"))
 
 
@@ -612,7 +617,11 @@ def exec_output(
             chunks = render_chunks(answer.get("chunks"))
             if answer.get("finished") and record.state == ExecState.RUNNING:
                 # The answer's chunks were read before the end was; a later read gets the rest.
-                record = finish_from_status(record, _status(agent, record))
+                try:
+                    status = _status(agent, record)
+                except NotFound:
+                    status = answer  # let go by the agent meanwhile: its end, as just read
+                record = finish_from_status(record, status)
             return chunks, record
     elif record.state == ExecState.RUNNING and record.background:
         record = _forgotten(record)

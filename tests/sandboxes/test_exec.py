@@ -215,3 +215,21 @@ def test_what_the_agent_answers_is_checked_before_use() -> None:
         {"seq": 0, "stream": "stdout", "text": ""},
     ]
     assert services.execs.render_chunks({"not": "a list"}) == []
+
+
+def test_an_exec_the_agent_let_go_between_two_reads_still_ends(sandbox, bot, monkeypatch) -> None:
+    """The agent keeps finished execs within a cap: one can go between the read that saw its
+    end and the one that asks for its status. Its end is recorded from what was read."""
+    from boxyard.errors import NotFound
+    from sandboxes.services import execs
+
+    record = run(sandbox, bot, "echo done", background=True)
+    time.sleep(0.5)
+
+    def let_go(agent, record):
+        raise NotFound(f"no exec {record.id} in this sandbox")
+
+    monkeypatch.setattr(execs, "_status", let_go)
+    chunks, ended = services.exec_output(Exec.objects.select_related("sandbox__pipeline").get(pk=record.pk))
+    assert [chunk["text"] for chunk in chunks] == ["done\n"]
+    assert (ended.state, ended.exit_code) == (ExecState.COMPLETED, 0)

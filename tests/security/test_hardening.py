@@ -35,7 +35,8 @@ def test_host_config_is_hardened(sandbox, docker_engine) -> None:
     assert host["Init"] is True
     assert host["PidsLimit"] == 256
     assert host["Memory"] == host["MemorySwap"] == 1024 * 1024 * 1024
-    assert host["NanoCpus"] == 1_000_000_000
+    assert (host["CpuPeriod"], host["CpuQuota"]) == (10_000, 10_000)  # one CPU, in 10 ms slices
+    assert host["CpuShares"] == 256  # a quarter of a host process's weight
     assert host["LogConfig"]["Config"]["max-size"] == "1m"
     mounts = data["Mounts"]
     by_target = {m["Destination"]: m for m in mounts}

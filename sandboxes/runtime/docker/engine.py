@@ -46,6 +46,22 @@ log = logging.getLogger(__name__)
 # (init) reaps zombies.
 KEEPALIVE = ["sleep", "infinity"]
 AGENT_CAPABILITIES = ["KILL", "SETUID", "SETGID"]
+# The scheduler's period for the CPU limit. Docker's own (100 ms) lets a sandbox of several
+# busy processes run on every core until it has spent its share of the period, then stop:
+# its neighbours wait up to tens of milliseconds at a time. A short period spreads the same
+# share evenly. The kernel wants a quota of at least 1 ms.
+CPU_PERIOD_US = 10_000
+MIN_CPU_QUOTA_US = 1_000
+# A sandbox's weight when the CPUs are contended: a quarter of a process of the host's (the
+# engine, Boxyard, and the agents' channels pass through both), so busy sandboxes never slow
+# the way commands reach every other sandbox.
+CPU_SHARES = 256
+
+
+def cpu_limit(cpus: float) -> dict[str, int]:
+    """`cpus` CPUs as a period and a quota (host config arguments)."""
+    period = max(CPU_PERIOD_US, round(MIN_CPU_QUOTA_US / cpus))
+    return {"cpu_period": period, "cpu_quota": round(cpus * period), "cpu_shares": CPU_SHARES}
 
 
 class DockerRuntime(ExecsMixin, EventsMixin):
@@ -176,7 +192,7 @@ class DockerRuntime(ExecsMixin, EventsMixin):
             pids_limit=spec.pids_limit,
             mem_limit=memory,
             memswap_limit=memory,  # equal: no swap
-            nano_cpus=int(spec.cpus * 1_000_000_000),
+            **cpu_limit(spec.cpus),
             network_mode="bridge" if spec.network else "none",
             ipc_mode="private",
             init=True,
