@@ -13,7 +13,7 @@ from boxyard.actors import Actor
 from boxyard.errors import BoxyardError, InvalidInput, InvalidState
 from sandboxes.models import Sandbox
 from sandboxes.runtime import get_runtime
-from sandboxes.runtime.agent import CONTAINED_SINCE_VERSION, AgentChannel, channel, is_open
+from sandboxes.runtime.agent import CONTAINED_SINCE_VERSION, AgentChannel, channel
 from sandboxes.services import events, leases, processes
 from sandboxes.services.execs import require_running
 
@@ -99,10 +99,8 @@ def _agent(sandbox: Sandbox) -> AgentChannel:
         raise InvalidState(
             "this sandbox runs without the agent: restart it instead (its workspace is kept)"
         )
-    if is_open(sandbox.container_id):
-        return channel(sandbox.container_id)
     try:
-        return channel(sandbox.container_id)
+        return channel(sandbox.container_id)  # the open one, or one opened now
     except BoxyardError as error:
         log.info("opening the agent of %s failed (%s); making room to reset it", sandbox.pk, error)
     runtime = get_runtime()
