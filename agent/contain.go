@@ -86,6 +86,46 @@ func asSandbox(tag uint32) *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Credential: sandboxCredential(tag)}
 }
 
+// commandOOMScore is the out-of-memory killer's score adjustment of everything the agent
+// starts. Within a sandbox's memory limit the kernel ends the process with the highest score,
+// so a command that runs out of memory is what ends: never the agent that keeps the sessions,
+// nor the container's init or the engine's bridges, which keep the engine's default.
+const commandOOMScore = 500
+
+var starting sync.Mutex
+
+// startForSandbox starts a process with the command's score. Go cannot set a child's score
+// between fork and exec, and the agent may not lower a process of the sandbox user's, so the
+// agent takes the score itself for the moment of the fork (children inherit it) and goes
+// back to its own after it (a process may always return to the score it was started with);
+// starts take turns.
+func startForSandbox(path string, argv []string, attr *os.ProcAttr) (*os.Process, error) {
+	starting.Lock()
+	defer starting.Unlock()
+	if own, err := readOOMScore(); err == nil && own < commandOOMScore {
+		if err := writeOOMScore(commandOOMScore); err == nil {
+			defer func() {
+				if err := writeOOMScore(own); err != nil {
+					fmt.Fprintf(os.Stderr, "boxyard-agent: restoring its oom score: %v\n", err)
+				}
+			}()
+		}
+	}
+	return os.StartProcess(path, argv, attr)
+}
+
+func readOOMScore() (int, error) {
+	text, err := os.ReadFile("/proc/self/oom_score_adj")
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(text)))
+}
+
+func writeOOMScore(score int) error {
+	return os.WriteFile("/proc/self/oom_score_adj", []byte(strconv.Itoa(score)), 0)
+}
+
 func sandboxCredential(tag uint32) *syscall.Credential {
 	return &syscall.Credential{
 		Uid: sandboxUser.uid, Gid: sandboxUser.gid, Groups: []uint32{sandboxUser.gid, tag},

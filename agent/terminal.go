@@ -46,7 +46,7 @@ func terminal(args []string) int {
 	// A hangup (the terminal closed) is ours to act on, not to die of.
 	hangups := make(chan os.Signal, 1)
 	signal.Notify(hangups, syscall.SIGHUP)
-	proc, err := os.StartProcess(path, argv, &os.ProcAttr{
+	proc, err := startForSandbox(path, argv, &os.ProcAttr{
 		Dir:   "/workspace",
 		Env:   os.Environ(),
 		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},

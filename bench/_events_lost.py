@@ -32,8 +32,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_api import PIPELINE, daphne, manage, server_env, throwaway  # noqa: E402
-from bench_core import DEFAULT_IMAGE, Stats, environment  # noqa: E402
+from bench_api import PIPELINE, daphne, manage, server_env, throwaway
+from bench_core import DEFAULT_IMAGE, Stats, environment
 
 TARGET_SECONDS = 1.0
 WARMUP = 2
@@ -44,12 +44,14 @@ POLL_SECONDS = 0.001
 def kill_to_lost_seconds(samples: int, image: str = DEFAULT_IMAGE) -> list[float]:
     """Seconds from `docker kill` of a running sandbox's container to its row saying `lost`,
     with the follower running as in production; `samples` figures (after a short warm-up)."""
-    return kill_to_lost(samples, image)["boxyard"]
+    seconds: list[float] = kill_to_lost(samples, image)["boxyard"]
+    return seconds
 
 
 def kill_to_lost(samples: int, image: str = DEFAULT_IMAGE) -> dict[str, Any]:
     """{"boxyard": [s…], "raw_die_event": [s…], "environment": {…}}, from the same kills."""
     import docker
+    import docker.utils
     import httpx
 
     with throwaway("boxyard-bench-events-") as (deployment, data_dir):
@@ -64,8 +66,11 @@ def kill_to_lost(samples: int, image: str = DEFAULT_IMAGE) -> dict[str, Any]:
         boxyard: list[float] = []
         raw: list[float] = []
         with daphne(env, data_dir, embedded_worker=True) as server:
-            client = httpx.Client(base_url=f"{server.base_url}/api/v1", timeout=120,
-                                  headers={"Authorization": f"Bearer {token}"})
+            client = httpx.Client(
+                base_url=f"{server.base_url}/api/v1",
+                timeout=120,
+                headers={"Authorization": f"Bearer {token}"},
+            )
             _wait_following(server.log)
             for index in range(WARMUP + samples):
                 lost, died = _one_kill(client, api, database, arrivals, server.tail)
@@ -90,9 +95,14 @@ def _wait_following(log: Path) -> None:
 def _die_events(api: Any, deployment: str) -> dict[str, float]:
     """A raw docker-py subscriber: when each container's `die` reached this process."""
     arrivals: dict[str, float] = {}
-    stream = api.events(decode=True, filters={
-        "type": ["container"], "event": ["die"], "label": [f"io.boxyard.deployment={deployment}"],
-    })
+    stream = api.events(
+        decode=True,
+        filters={
+            "type": ["container"],
+            "event": ["die"],
+            "label": [f"io.boxyard.deployment={deployment}"],
+        },
+    )
 
     def follow() -> None:
         for event in stream:
@@ -134,8 +144,10 @@ def report(result: dict[str, Any]) -> None:
     boxyard = Stats("boxyard", [value * 1000 for value in result["boxyard"]])
     raw = Stats("raw", [value * 1000 for value in result["raw_die_event"]])
     env = result["environment"]
-    print(f"docker kill -> row lost, n={boxyard.n} (Docker {env['docker_server']}, "
-          f"{env['cpu_count']} CPUs, {env['storage_driver']}, SQLite {env['sqlite']})")
+    print(
+        f"docker kill -> row lost, n={boxyard.n} (Docker {env['docker_server']}, "
+        f"{env['cpu_count']} CPUs, {env['storage_driver']}, SQLite {env['sqlite']})"
+    )
     print(f"  {'':<56} {'p50':>9} {'p90':>9} {'max':>9}")
     for label, stats in (
         ("Boxyard: kill -> the sandbox's row says lost", boxyard),
@@ -145,8 +157,10 @@ def report(result: dict[str, Any]) -> None:
         print(f"  {label:<56} {p50:>7.1f}ms {p90:>7.1f}ms {max(stats.samples_ms):>7.1f}ms")
     worst = max(result["boxyard"])
     verdict = "PASS" if worst <= TARGET_SECONDS else "FAIL"
-    print(f"  target: every kill marked lost within {TARGET_SECONDS:.0f} s: {verdict} "
-          f"(max {worst * 1000:.0f} ms)")
+    print(
+        f"  target: every kill marked lost within {TARGET_SECONDS:.0f} s: {verdict} "
+        f"(max {worst * 1000:.0f} ms)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -40,7 +40,7 @@ from typing import Any, Self
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_api import PIPELINE, daphne, manage, server_env, throwaway  # noqa: E402
+from bench_api import PIPELINE, daphne, manage, server_env, throwaway
 
 DEFAULT_IMAGE = "boxyard/default:1"
 FLOOD_BYTES = 200_000_000
@@ -127,16 +127,23 @@ def _foreground(client: Any, sandbox: str, fresh: bool) -> int:
 
 def _background(client: Any, sandbox: str) -> str:
     body = {"cmd": FLOOD, "background": True}
-    return str(_check(client.post(f"/sandboxes/{sandbox}/exec", json=body), "background flood").json()["exec_id"])
+    return str(
+        _check(client.post(f"/sandboxes/{sandbox}/exec", json=body), "background flood").json()[
+            "exec_id"
+        ]
+    )
 
 
 def _polled(client: Any, sandbox: str) -> int:
     exec_id, since, received = _background(client, sandbox), 0, 0
     while True:
-        answer = _check(client.get(
-            f"/sandboxes/{sandbox}/execs/{exec_id}/output",
-            params={"since_seq": since, "max_bytes": 16 * 1024 * 1024},
-        ), "output").json()
+        answer = _check(
+            client.get(
+                f"/sandboxes/{sandbox}/execs/{exec_id}/output",
+                params={"since_seq": since, "max_bytes": 16 * 1024 * 1024},
+            ),
+            "output",
+        ).json()
         for chunk in answer["chunks"]:
             since = max(since, chunk["seq"])
             received += len(chunk["text"])
@@ -149,7 +156,9 @@ def _polled(client: Any, sandbox: str) -> int:
 def _streamed(client: Any, sandbox: str, pause: float) -> int:
     """Read an exec's server-sent events; with `pause`, a slow reader (sleeps between reads)."""
     exec_id, received = _background(client, sandbox), 0
-    with client.stream("GET", f"/sandboxes/{sandbox}/execs/{exec_id}/stream", timeout=600) as response:
+    with client.stream(
+        "GET", f"/sandboxes/{sandbox}/execs/{exec_id}/stream", timeout=600
+    ) as response:
         _check(response, "stream")
         for piece in response.iter_bytes(64 * 1024):
             received += len(piece)
@@ -162,12 +171,18 @@ def _streamed(client: Any, sandbox: str, pause: float) -> int:
 
 def _put_file(client: Any, sandbox: str, path: str, payload: str) -> int:
     body = {"path": path, "contents_b64": payload}
-    return int(_check(client.put(f"/sandboxes/{sandbox}/files", json=body), "put file").json()["size_bytes"])
+    return int(
+        _check(client.put(f"/sandboxes/{sandbox}/files", json=body), "put file").json()[
+            "size_bytes"
+        ]
+    )
 
 
 def _get_file(client: Any, sandbox: str, path: str, max_bytes: int) -> int:
-    answer = _check(client.get(f"/sandboxes/{sandbox}/files", params={"path": path, "max_bytes": max_bytes}),
-                    "get file").json()
+    answer = _check(
+        client.get(f"/sandboxes/{sandbox}/files", params={"path": path, "max_bytes": max_bytes}),
+        "get file",
+    ).json()
     return len(answer.get("contents") or answer.get("contents_b64") or "")
 
 
@@ -193,16 +208,26 @@ def _admin_client(base_url: str) -> Any:
     client = httpx.Client(base_url=base_url, timeout=600, follow_redirects=True)
     client.get("/login/")
     token = client.cookies.get("csrftoken", "")
-    answer = client.post("/login/", data={"username": ADMIN, "password": PASSWORD,
-                                           "csrfmiddlewaretoken": token},
-                         headers={"Referer": f"{base_url}/login/"})
+    answer = client.post(
+        "/login/",
+        data={"username": ADMIN, "password": PASSWORD, "csrfmiddlewaretoken": token},
+        headers={"Referer": f"{base_url}/login/"},
+    )
     if answer.status_code != 200 or "sessionid" not in client.cookies:
         raise RuntimeError(f"admin login failed: {answer.status_code}")
     return client
 
 
-def one_round(client: Any, admin: Any, sandbox: str, round_no: int, read_max: int,
-              raw_route: bool, workers: ThreadPoolExecutor, only: tuple[str, ...] = ()) -> dict[str, int]:
+def one_round(
+    client: Any,
+    admin: Any,
+    sandbox: str,
+    round_no: int,
+    read_max: int,
+    raw_route: bool,
+    workers: ThreadPoolExecutor,
+    only: tuple[str, ...] = (),
+) -> dict[str, int]:
     payload = base64.b64encode(os.urandom(FILE_BYTES)).decode()
     seed = f"/workspace/seed-{round_no}.bin"
     _put_file(client, sandbox, seed, payload)
@@ -217,10 +242,13 @@ def one_round(client: Any, admin: Any, sandbox: str, round_no: int, read_max: in
         "get max_bytes a": lambda: _get_file(client, sandbox, seed, read_max),
         "get max_bytes b": lambda: _get_file(client, sandbox, seed, read_max),
         "dashboard download": lambda: _download(
-            admin, f"/sandboxes/{sandbox}/files/download", {"path": seed}),
+            admin, f"/sandboxes/{sandbox}/files/download", {"path": seed}
+        ),
     }
     if raw_route:
-        jobs["raw download"] = lambda: _download(client, f"/sandboxes/{sandbox}/files/raw", {"path": seed})
+        jobs["raw download"] = lambda: _download(
+            client, f"/sandboxes/{sandbox}/files/raw", {"path": seed}
+        )
     if only:
         jobs = {name: job for name, job in jobs.items() if name.startswith(only)}
     futures = {name: workers.submit(job) for name, job in jobs.items()}
@@ -231,9 +259,14 @@ def one_round(client: Any, admin: Any, sandbox: str, round_no: int, read_max: in
 
 
 def server_rss_profile(
-    image: str = DEFAULT_IMAGE, rounds: int = 3, after_seconds: int = 60, every: int = 5,
-    extra_env: dict[str, str] | None = None, log: Callable[[str], None] | None = None,
-    settle_seconds: float = 5.0, only: tuple[str, ...] = (),
+    image: str = DEFAULT_IMAGE,
+    rounds: int = 3,
+    after_seconds: int = 60,
+    every: int = 5,
+    extra_env: dict[str, str] | None = None,
+    log: Callable[[str], None] | None = None,
+    settle_seconds: float = 5.0,
+    only: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """The server's RSS (MB) before the load, at its peak during it, and every `every`
     seconds for `after_seconds` after it: {"before_mb", "peak_mb", "after_mb": [(s, mb)…],
@@ -245,37 +278,67 @@ def server_rss_profile(
         env = server_env(data_dir, deployment)
         env.update(extra_env or {})
         manage(env, "migrate", "--verbosity", "0")
-        token = manage(env, "create_pipeline", PIPELINE, "--image", image, "--print-token").strip().splitlines()[-1]
-        manage(env, "shell", "-c", (
-            "from django.contrib.auth import get_user_model; "
-            f"get_user_model().objects.create_user({ADMIN!r}, password={PASSWORD!r}, is_staff=True)"
-        ))
+        token = (
+            manage(env, "create_pipeline", PIPELINE, "--image", image, "--print-token")
+            .strip()
+            .splitlines()[-1]
+        )
+        manage(
+            env,
+            "shell",
+            "-c",
+            (
+                "from django.contrib.auth import get_user_model; "
+                f"get_user_model().objects.create_user({ADMIN!r}, password={PASSWORD!r}, is_staff=True)"
+            ),
+        )
         with daphne(env, data_dir, embedded_worker=True) as server:
             pid = server.process.pid
-            client = httpx.Client(base_url=f"{server.base_url}/api/v1", timeout=600,
-                                  headers={"Authorization": f"Bearer {token}"},
-                                  limits=httpx.Limits(max_connections=64))
+            client = httpx.Client(
+                base_url=f"{server.base_url}/api/v1",
+                timeout=600,
+                headers={"Authorization": f"Bearer {token}"},
+                limits=httpx.Limits(max_connections=64),
+            )
             admin = _admin_client(server.base_url)
-            opened = _check(client.post("/sandboxes/open", json={
-                "pipeline": PIPELINE, "variables": {"launcher_type": "bench", "launcher_id": "rss"},
-            }), "open").json()
+            opened = _check(
+                client.post(
+                    "/sandboxes/open",
+                    json={
+                        "pipeline": PIPELINE,
+                        "variables": {"launcher_type": "bench", "launcher_id": "rss"},
+                    },
+                ),
+                "open",
+            ).json()
             sandbox = opened["sandbox_id"]
             _check(client.post(f"/sandboxes/{sandbox}/exec", json={"cmd": "true"}), "first exec")
             _put_file(client, sandbox, "/workspace/probe.bin", "")
             read_max = _max_read_bytes(client, sandbox, "/workspace/probe.bin")
-            raw_route = client.get(f"/sandboxes/{sandbox}/files/raw",
-                                   params={"path": "/workspace/probe.bin"}).status_code == 200
+            raw_route = (
+                client.get(
+                    f"/sandboxes/{sandbox}/files/raw", params={"path": "/workspace/probe.bin"}
+                ).status_code
+                == 200
+            )
             say(f"server {pid} up; idle for {settle_seconds:.0f} s")
             time.sleep(settle_seconds)  # start-up's own work settles
             before = rss_mb(pid)
-            say(f"before: {before:.0f} MB (GET /files max_bytes={read_max}, raw route: {raw_route})")
+            say(
+                f"before: {before:.0f} MB (GET /files max_bytes={read_max}, raw route: {raw_route})"
+            )
             transfers: list[dict[str, int]] = []
             started = time.monotonic()
             with Sampler(pid) as sampler, ThreadPoolExecutor(16) as workers:
                 for round_no in range(rounds):
-                    transfers.append(one_round(client, admin, sandbox, round_no, read_max, raw_route,
-                                               workers, only))
-                    say(f"round {round_no + 1}/{rounds}: rss {rss_mb(pid):.0f} MB, peak {sampler.peak:.0f} MB")
+                    transfers.append(
+                        one_round(
+                            client, admin, sandbox, round_no, read_max, raw_route, workers, only
+                        )
+                    )
+                    say(
+                        f"round {round_no + 1}/{rounds}: rss {rss_mb(pid):.0f} MB, peak {sampler.peak:.0f} MB"
+                    )
             load_seconds = time.monotonic() - started
             after: list[tuple[int, float]] = [(0, rss_mb(pid))]
             for elapsed in range(every, after_seconds + 1, every):
@@ -286,20 +349,34 @@ def server_rss_profile(
             client.close()
             admin.close()
     # From when on every sample stayed under 300 MB (None: the last one did not).
-    under = next((seconds for index, (seconds, _) in enumerate(after)
-                  if all(value < 300 for _, value in after[index:])), None)
+    under = next(
+        (
+            seconds
+            for index, (seconds, _) in enumerate(after)
+            if all(value < 300 for _, value in after[index:])
+        ),
+        None,
+    )
     return {
-        "image": image, "rounds": rounds, "load_seconds": round(load_seconds, 1),
-        "before_mb": round(before, 1), "peak_mb": round(sampler.peak, 1),
+        "image": image,
+        "rounds": rounds,
+        "load_seconds": round(load_seconds, 1),
+        "before_mb": round(before, 1),
+        "peak_mb": round(sampler.peak, 1),
         "after_mb": [(seconds, round(value, 1)) for seconds, value in after],
-        "final_mb": round(after[-1][1], 1), "under_300_within_s": under,
-        "transfers": transfers, "extra_env": extra_env or {}, "only": list(only),
+        "final_mb": round(after[-1][1], 1),
+        "under_300_within_s": under,
+        "transfers": transfers,
+        "extra_env": extra_env or {},
+        "only": list(only),
     }
 
 
 def print_profile(profile: dict[str, Any]) -> None:
-    print(f"server RSS across {profile['rounds']} rounds of 200 MB floods and 16 MiB transfers "
-          f"on {profile['image']} ({profile['load_seconds']} s of load)")
+    print(
+        f"server RSS across {profile['rounds']} rounds of 200 MB floods and 16 MiB transfers "
+        f"on {profile['image']} ({profile['load_seconds']} s of load)"
+    )
     if profile["only"]:
         print(f"  only: {', '.join(profile['only'])}")
     if profile["extra_env"]:
@@ -317,17 +394,37 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--image", default=DEFAULT_IMAGE, help=f"sandbox image ({DEFAULT_IMAGE})")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of load (3)")
     parser.add_argument("--after", type=int, default=60, help="seconds sampled after the load (60)")
-    parser.add_argument("--settle", type=float, default=5.0,
-                        help="seconds the idle server is left alone before the load (5)")
-    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
-                        help="extra environment for the server (repeatable)")
-    parser.add_argument("--only", action="append", default=[], metavar="NAME",
-                        help="run only the loads whose names start so (repeatable), e.g. 'put'")
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=5.0,
+        help="seconds the idle server is left alone before the load (5)",
+    )
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="extra environment for the server (repeatable)",
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run only the loads whose names start so (repeatable), e.g. 'put'",
+    )
     parser.add_argument("--json", type=Path, default=None, help="write the figures here")
     args = parser.parse_args(argv)
     extra = dict(item.split("=", 1) for item in args.env)
-    profile = server_rss_profile(args.image, args.rounds, args.after, extra_env=extra,
-                                 settle_seconds=args.settle, only=tuple(args.only))
+    profile = server_rss_profile(
+        args.image,
+        args.rounds,
+        args.after,
+        extra_env=extra,
+        settle_seconds=args.settle,
+        only=tuple(args.only),
+    )
     print_profile(profile)
     if args.json:
         args.json.write_text(json.dumps(profile, indent=2) + "\n")

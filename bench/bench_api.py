@@ -92,7 +92,11 @@ def server_env(data_dir: Path, deployment: str) -> dict[str, str]:
 def manage(env: dict[str, str], *args: str) -> str:
     done = subprocess.run(
         [sys.executable, str(REPO / "manage.py"), *args],
-        cwd=REPO, env=env, capture_output=True, text=True, check=False,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if done.returncode != 0:
         raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{done.stderr}")
@@ -119,7 +123,9 @@ class Server:
 
 
 @contextmanager
-def daphne(env: dict[str, str], data_dir: Path, *, embedded_worker: bool = False) -> Iterator[Server]:
+def daphne(
+    env: dict[str, str], data_dir: Path, *, embedded_worker: bool = False
+) -> Iterator[Server]:
     """daphne on 127.0.0.1 at a free port; stopped (SIGTERM, then SIGKILL) on the way out.
     With `embedded_worker`, the way `bin/run` serves: `manage.py serve`, whose process also
     runs the Celery worker and scheduler."""
@@ -128,13 +134,31 @@ def daphne(env: dict[str, str], data_dir: Path, *, embedded_worker: bool = False
     port = free_port()
     log = data_dir / "daphne.log"
     if embedded_worker:
-        command = [sys.executable, str(REPO / "manage.py"), "serve", "--no-build",
-                   "--host", "127.0.0.1", "--port", str(port)]
+        command = [
+            sys.executable,
+            str(REPO / "manage.py"),
+            "serve",
+            "--no-build",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ]
     else:
-        command = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                   "config.asgi:application"]
+        command = [
+            sys.executable,
+            "-m",
+            "daphne",
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "config.asgi:application",
+        ]
     with log.open("wb") as output:
-        process = subprocess.Popen(command, cwd=REPO, env=env, stdout=output, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            command, cwd=REPO, env=env, stdout=output, stderr=subprocess.STDOUT
+        )
     server = Server(process, f"http://127.0.0.1:{port}", log)
     try:
         deadline = time.monotonic() + SERVER_START_TIMEOUT
@@ -170,8 +194,15 @@ def pipeline_profile(env: dict[str, str]) -> tuple[Any, str]:
 
     Read through Django from the server's database (this process only reads it).
     """
-    for key in ("DJANGO_SETTINGS_MODULE", "BOXYARD_DATA_DIR", "DATABASE_URL", "BOXYARD_DEPLOYMENT",
-                "BOXYARD_IMAGE_ALLOWLIST", "BOXYARD_ALLOWED_HOSTS", "BOXYARD_LOG_LEVEL"):
+    for key in (
+        "DJANGO_SETTINGS_MODULE",
+        "BOXYARD_DATA_DIR",
+        "DATABASE_URL",
+        "BOXYARD_DEPLOYMENT",
+        "BOXYARD_IMAGE_ALLOWLIST",
+        "BOXYARD_ALLOWED_HOSTS",
+        "BOXYARD_LOG_LEVEL",
+    ):
         os.environ[key] = env[key]
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
@@ -185,8 +216,9 @@ def pipeline_profile(env: dict[str, str]) -> tuple[Any, str]:
     return Pipeline.objects.get(slug=PIPELINE), settings.BOXYARD_SANDBOX_USER
 
 
-def variants(client: Any, sandbox_id: str, raw: RawDocker, container: str,
-             server_exec_ms: list[float]) -> dict[str, Variant]:
+def variants(
+    client: Any, sandbox_id: str, raw: RawDocker, container: str, server_exec_ms: list[float]
+) -> dict[str, Variant]:
     exec_path = f"/api/v1/sandboxes/{sandbox_id}/exec"
 
     def api_exec() -> float:
@@ -221,11 +253,15 @@ def variants(client: Any, sandbox_id: str, raw: RawDocker, container: str,
 
 
 def prepare(
-    image: str, deployment: str, data_dir: Path, title: str = "Boxyard bot API benchmark: exec over HTTP"
+    image: str,
+    deployment: str,
+    data_dir: Path,
+    title: str = "Boxyard bot API benchmark: exec over HTTP",
 ) -> tuple[dict[str, str], str, RawDocker, dict[str, Any]]:
     """The server's database, pipeline and token, the raw baseline with the same profile, and
     the environment (printed): (server env, token, raw docker, environment)."""
     import docker
+    import docker.utils
     import httpx
 
     env = server_env(data_dir, deployment)
@@ -252,25 +288,37 @@ def measure(
     server_exec_ms: list[float] = []
     with daphne(env, data_dir) as server:
         headers = {"Authorization": f"Bearer {token}"}
-        with httpx.Client(base_url=server.base_url, headers=headers, timeout=120) as client:  # keep-alive
+        with httpx.Client(
+            base_url=server.base_url, headers=headers, timeout=120
+        ) as client:  # keep-alive
             opened = client.post(
                 "/api/v1/sandboxes/open",
-                json={"pipeline": PIPELINE, "variables": {"launcher_type": "bench", "launcher_id": "1"}},
+                json={
+                    "pipeline": PIPELINE,
+                    "variables": {"launcher_type": "bench", "launcher_id": "1"},
+                },
             )
             if opened.status_code != 200 or opened.json().get("status") != "running":
-                raise RuntimeError(f"open failed: {opened.status_code} {opened.text}\n{server.tail()}")
+                raise RuntimeError(
+                    f"open failed: {opened.status_code} {opened.text}\n{server.tail()}"
+                )
             sandbox_id = opened.json()["sandbox_id"]
             container, volume = raw.create_and_start(args.image)
             try:
                 stats = run_interleaved(
                     variants(client, sandbox_id, raw, container, server_exec_ms),
-                    args.n, args.warmup, random.Random(args.seed), "exec over the API",
+                    args.n,
+                    args.warmup,
+                    random.Random(args.seed),
+                    "exec over the API",
                 )
             finally:
                 raw.remove(container, volume)
-                client.delete(f"/api/v1/sandboxes/{sandbox_id}", params={"delete_workspace": "true"})
+                client.delete(
+                    f"/api/v1/sandboxes/{sandbox_id}", params={"delete_workspace": "true"}
+                )
     # The API variant ran warm-up rounds too: keep the server's figures of the measured rounds.
-    return env_info, stats, server_exec_ms[args.warmup:]
+    return env_info, stats, server_exec_ms[args.warmup :]
 
 
 def _version(distribution: str) -> str:
@@ -296,14 +344,16 @@ def _triple(values: tuple[float, ...], fmt: str) -> str:
 def print_results(stats: dict[str, Stats], server_exec: Stats, image: str) -> None:
     raw, api = stats["raw"], stats["api"]
     ratios = api.ratios_to(raw)
-    print(f"exec [\"true\"] on {image}, n={api.n} per variant")
+    print(f'exec ["true"] on {image}, n={api.n} per variant')
     header = f"  {'variant':<58} {'p50/p90/p99 ms':>19}"
     print(header)
     print("  " + "-" * (len(header) - 2))
     for name, description in VARIANTS.items():
         print(f"  {description:<58} {_triple(stats[name].percentiles(), '.1f'):>19}")
-    print(f"  {'  of which the command, as the server measured it':<58} "
-          f"{_triple(server_exec.percentiles(), '.1f'):>19}")
+    print(
+        f"  {'  of which the command, as the server measured it':<58} "
+        f"{_triple(server_exec.percentiles(), '.1f'):>19}"
+    )
     print()
     print(f"  API / raw, p50/p90/p99: {_triple(ratios, '.2f')}")
     print(
@@ -314,15 +364,24 @@ def print_results(stats: dict[str, Stats], server_exec: Stats, image: str) -> No
     print()
 
 
-def write_json(path: Path, env: dict[str, Any], config: dict[str, Any], stats: dict[str, Stats],
-               server_exec: Stats) -> None:
+def write_json(
+    path: Path,
+    env: dict[str, Any],
+    config: dict[str, Any],
+    stats: dict[str, Stats],
+    server_exec: Stats,
+) -> None:
     raw, api = stats["raw"], stats["api"]
     payload = {
         "environment": env,
         "config": config,
-        "variants": {name: {"description": VARIANTS[name], **s.summary()} for name, s in stats.items()},
+        "variants": {
+            name: {"description": VARIANTS[name], **s.summary()} for name, s in stats.items()
+        },
         "server_exec_duration": server_exec.summary(),
-        "api_over_raw": dict(zip(("p50", "p90", "p99"), (round(r, 3) for r in api.ratios_to(raw)))),
+        "api_over_raw": dict(
+            zip(("p50", "p90", "p99"), (round(r, 3) for r in api.ratios_to(raw)), strict=True)
+        ),
         "api_minus_raw_ms": {
             f"p{p}": round(api.percentile(p) - raw.percentile(p), 3) for p in (50, 90, 99)
         },
@@ -355,6 +414,7 @@ def throwaway(prefix: str) -> Iterator[tuple[str, Path]]:
         failed = False
     finally:
         import docker
+        import docker.utils
 
         api = docker.APIClient(version="auto", timeout=120, **docker.utils.kwargs_from_env())
         containers, volumes = remove_deployment(api, deployment)

@@ -33,7 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_core import (  # noqa: E402
+from bench_core import (
     DEFAULT_IMAGE,
     RawDocker,
     Stats,
@@ -57,24 +57,35 @@ BOMBS = {
 
 # The same floods in a raw docker-py container (same image and hardening, no Boxyard): what the
 # machine itself does to a neighbour, for comparison.
-RAW_BOMBS = {"output flood, raw container": BOMBS["output flood"], "CPU spin, raw container": BOMBS["CPU spin"]}
+RAW_BOMBS = {
+    "output flood, raw container": BOMBS["output flood"],
+    "CPU spin, raw container": BOMBS["CPU spin"],
+}
 
 
 def neighbour_latency(n: int, raw: RawDocker) -> dict[str, Any]:
+    from pipelines.models import Pipeline
     from sandboxes import services
     from sandboxes.models import Sandbox
     from sandboxes.services import Actor
 
-    from pipelines.models import Pipeline
-
     actor = Actor("bot", "bench")
     attacked_pipeline = Pipeline.objects.create(
-        slug="attacked", image=DEFAULT_IMAGE, pids_limit=128, memory_mb=128, workspace_mb=256,
-        tmp_mb=64, cpus=1.0,
+        slug="attacked",
+        image=DEFAULT_IMAGE,
+        pids_limit=128,
+        memory_mb=128,
+        workspace_mb=256,
+        tmp_mb=64,
+        cpus=1.0,
     )
     neighbour_pipeline = Pipeline.objects.create(slug="neighbour", image=DEFAULT_IMAGE)
-    attacked = services.open_sandbox(attacked_pipeline, {"launcher_type": "bench", "launcher_id": "a"}, actor).sandbox
-    neighbour = services.open_sandbox(neighbour_pipeline, {"launcher_type": "bench", "launcher_id": "n"}, actor).sandbox
+    attacked = services.open_sandbox(
+        attacked_pipeline, {"launcher_type": "bench", "launcher_id": "a"}, actor
+    ).sandbox
+    neighbour = services.open_sandbox(
+        neighbour_pipeline, {"launcher_type": "bench", "launcher_id": "n"}, actor
+    ).sandbox
 
     def measure(label: str) -> Stats:
         stats = Stats(label)
@@ -95,7 +106,9 @@ def neighbour_latency(n: int, raw: RawDocker) -> dict[str, Any]:
         baseline = measure(f"baseline before {name}")
         attacked = Sandbox.objects.select_related("pipeline").get(pk=attacked.pk)
         bomb = services.run_exec(
-            attacked, services.clean_request(attacked, cmd=script, background=True, timeout_seconds=600), actor
+            attacked,
+            services.clean_request(attacked, cmd=script, background=True, timeout_seconds=600),
+            actor,
         )
         time.sleep(2)  # the bomb reaches its limit
         during = measure(name)
@@ -110,7 +123,8 @@ def neighbour_latency(n: int, raw: RawDocker) -> dict[str, Any]:
         print(
             f"  {name}: p50 {during.percentile(50):.1f} ms, p99 {during.percentile(99):.1f} ms "
             f"({results[name]['p99_ratio']:.2f}x the p99 of {baseline.percentile(99):.1f} ms "
-            "just before)", file=sys.stderr,
+            "just before)",
+            file=sys.stderr,
         )
     for name, script in RAW_BOMBS.items():
         baseline = measure(f"baseline before {name}")
@@ -134,14 +148,15 @@ def neighbour_latency(n: int, raw: RawDocker) -> dict[str, Any]:
 def write_throughput(rounds: int, raw: RawDocker) -> dict[str, Any]:
     """MiB/s of a 512 MiB write with fsync: on a Boxyard workspace (its disk, with the quota)
     and on a raw container's plain named volume, alternately."""
+    from pipelines.models import Pipeline
     from sandboxes import services
     from sandboxes.services import Actor
 
-    from pipelines.models import Pipeline
-
     actor = Actor("bot", "bench")
     pipeline = Pipeline.objects.create(slug="writer", image=DEFAULT_IMAGE, workspace_mb=2048)
-    sandbox = services.open_sandbox(pipeline, {"launcher_type": "bench", "launcher_id": "w"}, actor).sandbox
+    sandbox = services.open_sandbox(
+        pipeline, {"launcher_type": "bench", "launcher_id": "w"}, actor
+    ).sandbox
     raw_container, raw_volume = raw.create_and_start(DEFAULT_IMAGE)
     write = f"dd if=/dev/zero of=/workspace/w bs=1M count={WRITE_MIB} conv=fsync 2>&1; rm -f /workspace/w"
     figures: dict[str, list[float]] = {"boxyard": [], "raw": []}
@@ -163,12 +178,17 @@ def write_throughput(rounds: int, raw: RawDocker) -> dict[str, Any]:
         raw.remove(raw_container, raw_volume)
     boxyard = sorted(figures["boxyard"][1:])
     plain = sorted(figures["raw"][1:])
-    median = lambda values: values[len(values) // 2]  # noqa: E731
+
+    def median(values: list[float]) -> float:
+        return values[len(values) // 2]
+
     return {
-        "mib": WRITE_MIB, "rounds": rounds,
+        "mib": WRITE_MIB,
+        "rounds": rounds,
         "boxyard_mib_s": [round(v, 1) for v in figures["boxyard"][1:]],
         "raw_mib_s": [round(v, 1) for v in figures["raw"][1:]],
-        "boxyard_median": round(median(boxyard), 1), "raw_median": round(median(plain), 1),
+        "boxyard_median": round(median(boxyard), 1),
+        "raw_median": round(median(plain), 1),
         "ratio": round(median(boxyard) / median(plain), 2),
     }
 
@@ -238,29 +258,41 @@ def verdict(ok: bool) -> str:
 
 def report(results: dict[str, Any]) -> None:
     neighbour = results["neighbour"]
-    print(f"Neighbour `true` exec, n={neighbour[next(iter(BOMBS))]['n']} per phase; each bomb "
-          "against a baseline measured just before it")
-    print(f"{'beside':<28} {'base p50':>8} {'base p99':>8} {'p50 ms':>8} {'p99 ms':>8} "
-          f"{'p50 x':>6} {'p99 x':>6}  target p99 < 2x")
+    print(
+        f"Neighbour `true` exec, n={neighbour[next(iter(BOMBS))]['n']} per phase; each bomb "
+        "against a baseline measured just before it"
+    )
+    print(
+        f"{'beside':<28} {'base p50':>8} {'base p99':>8} {'p50 ms':>8} {'p99 ms':>8} "
+        f"{'p50 x':>6} {'p99 x':>6}  target p99 < 2x"
+    )
     for name in [*BOMBS, *RAW_BOMBS]:
         row, base = neighbour[name], neighbour[name]["baseline"]
-        print(f"{name:<28} {base['p50_ms']:>8.1f} {base['p99_ms']:>8.1f} {row['p50_ms']:>8.1f} "
-              f"{row['p99_ms']:>8.1f} {row['p50_ratio']:>6.2f} {row['p99_ratio']:>6.2f}  "
-              f"{verdict(row['p99_ratio'] < 2)}")
+        print(
+            f"{name:<28} {base['p50_ms']:>8.1f} {base['p99_ms']:>8.1f} {row['p50_ms']:>8.1f} "
+            f"{row['p99_ms']:>8.1f} {row['p50_ratio']:>6.2f} {row['p99_ratio']:>6.2f}  "
+            f"{verdict(row['p99_ratio'] < 2)}"
+        )
     write = results["write"]
-    print(f"\n/workspace write, {write['mib']} MiB with fsync, median of {write['rounds']}: "
-          f"Boxyard (disk, quota) {write['boxyard_median']} MiB/s, raw (plain volume) "
-          f"{write['raw_median']} MiB/s, {write['ratio']:.2f}x  target >= 0.8x: {verdict(write['ratio'] >= 0.8)}")
+    print(
+        f"\n/workspace write, {write['mib']} MiB with fsync, median of {write['rounds']}: "
+        f"Boxyard (disk, quota) {write['boxyard_median']} MiB/s, raw (plain volume) "
+        f"{write['raw_median']} MiB/s, {write['ratio']:.2f}x  target >= 0.8x: {verdict(write['ratio'] >= 0.8)}"
+    )
     if "kill_to_lost" in results:
         kills = results["kill_to_lost"]
-        print(f"\ndocker kill → lost, n={kills['n']}: p50 {kills['p50_ms']:.0f} ms, p99 "
-              f"{kills['p99_ms']:.0f} ms, max {kills['max_ms']:.0f} ms  target <= 1 s: "
-              f"{verdict(kills['max_ms'] <= 1000)}")
+        print(
+            f"\ndocker kill → lost, n={kills['n']}: p50 {kills['p50_ms']:.0f} ms, p99 "
+            f"{kills['p99_ms']:.0f} ms, max {kills['max_ms']:.0f} ms  target <= 1 s: "
+            f"{verdict(kills['max_ms'] <= 1000)}"
+        )
     if "server_rss" in results:
         rss = results["server_rss"]
-        print(f"\nserver RSS: before {rss['before_mb']} MB, peak {rss['peak_mb']} MB, after 60 s "
-              f"{rss['final_mb']} MB  target < 300 MB within 60 s: "
-              f"{verdict(rss['under_300_within_s'] is not None)}")
+        print(
+            f"\nserver RSS: before {rss['before_mb']} MB, peak {rss['peak_mb']} MB, after 60 s "
+            f"{rss['final_mb']} MB  target < 300 MB within 60 s: "
+            f"{verdict(rss['under_300_within_s'] is not None)}"
+        )
         print("  " + ", ".join(f"+{s} s {mb:.0f} MB" for s, mb in rss["after_mb"]))
 
 

@@ -80,7 +80,8 @@ class Stats:
         return self.percentile(50), self.percentile(90), self.percentile(99)
 
     def ratios_to(self, base: Stats) -> tuple[float, float, float]:
-        return tuple(ours / theirs for ours, theirs in zip(self.percentiles(), base.percentiles()))
+        (ours50, ours90, ours99), (base50, base90, base99) = self.percentiles(), base.percentiles()
+        return ours50 / base50, ours90 / base90, ours99 / base99
 
     def summary(self) -> dict[str, Any]:
         p50, p90, p99 = self.percentiles()
@@ -240,7 +241,7 @@ class RawDocker:
         from sandboxes.runtime.docker.engine import cpu_limit
 
         memory = f"{self.profile.memory_mb}m"
-        return self.api.create_host_config(
+        host_config: dict[str, Any] = self.api.create_host_config(
             mounts=[Mount(target=WORKSPACE, source=volume, type="volume", read_only=False)],
             cap_drop=["ALL"],
             security_opt=["no-new-privileges:true"],
@@ -257,6 +258,7 @@ class RawDocker:
             ulimits=[Ulimit(name="core", soft=0, hard=0)],
             log_config=LogConfig(type="json-file", config={"max-size": "1m", "max-file": "1"}),
         )
+        return host_config
 
     def create_and_start(self, image: str) -> tuple[str, str]:
         """A named volume and a running container on it; returns (container id, volume)."""
@@ -287,18 +289,21 @@ class RawDocker:
         """Exactly what docker-py's `Container.exec_run(cmd)` does; returns the exit code."""
         created = self.api.exec_create(container_id, cmd, stdout=True, stderr=True)
         self.api.exec_start(created["Id"])
-        return self.api.exec_inspect(created["Id"])["ExitCode"]
+        exit_code: int = self.api.exec_inspect(created["Id"])["ExitCode"]
+        return exit_code
 
 
 def parity_problems(raw: RawDocker, sandbox: Any) -> list[str]:
     """Differences between the raw host config and the one Boxyard builds for `sandbox`."""
     from sandboxes.runtime import get_runtime
-    from sandboxes.services import containers
+    from sandboxes.runtime.docker.engine import DockerRuntime
+    from sandboxes.services import specs
 
     runtime = get_runtime()
     try:
+        assert isinstance(runtime, DockerRuntime)  # the bench measures the Docker Engine
         image_labels = runtime.image_labels(sandbox.image) or {}
-        ours = runtime._host_config(containers.build_spec(sandbox, image_labels))
+        ours = runtime._host_config(specs.build_spec(sandbox, image_labels))
     except Exception as error:  # internal API drift must not stop the measurements
         return [f"could not build Boxyard's host config to compare ({error!r})"]
     theirs = raw.host_config(sandbox.volume_name)
@@ -407,11 +412,11 @@ class Bench:
         def raw(cmd: list[str], container: str = raw_container) -> int:
             return self.raw.exec_run(container, cmd)
 
-        def boxyard(cmd: object, **how: bool) -> int:
+        def boxyard(cmd: object, **how: bool) -> int | None:
             request = services.clean_request(sandbox, cmd=cmd, **how)
             return services.run_exec(sandbox, request, self.actor).exit_code
 
-        operations: dict[str, Callable[[], int]] = {
+        operations: dict[str, Callable[[], int | None]] = {
             "raw argv": lambda: raw(["true"]),
             "raw sh -c": lambda: raw(["sh", "-c", "true"]),
             "boxyard fresh": lambda: boxyard(["true"], one_shot=True),
@@ -431,7 +436,7 @@ class Bench:
             self.raw.remove(*raw_container)
 
 
-def _expect_success(operation: Callable[[], int]) -> Variant:
+def _expect_success(operation: Callable[[], int | None]) -> Variant:
     """Time an exec; one that fails would time the wrong thing, so it stops the run."""
 
     def variant() -> float:
@@ -536,7 +541,11 @@ def write_json(
             {
                 "operation": row.operation,
                 "image": row.image,
-                **dict(zip(("p50", "p90", "p99"), _rounded(row.boxyard.ratios_to(row.raw)))),
+                **dict(
+                    zip(
+                        ("p50", "p90", "p99"), _rounded(row.boxyard.ratios_to(row.raw)), strict=True
+                    )
+                ),
             }
             for row in comparisons(sections)
         ],
@@ -575,6 +584,7 @@ def main(argv: list[str] | None = None) -> int:
     configure_django(data_dir, deployment)
 
     import docker
+    import docker.utils
     from django.conf import settings
 
     from sandboxes.services import Actor

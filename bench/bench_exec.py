@@ -114,7 +114,8 @@ class Api:
         response = self.client.request(method, path, **kwargs)
         if response.status_code != 200:
             raise RuntimeError(f"{method} {path} answered {response.status_code}: {response.text}")
-        return response.json()  # type: ignore[no-any-return]
+        answer: dict[str, Any] = response.json()
+        return answer
 
     def open(self, launcher_id: str) -> str:
         variables = {"launcher_type": "bench", "launcher_id": launcher_id}
@@ -135,7 +136,7 @@ class Api:
         for sandbox_id in list(self.opened):
             try:
                 self.close(sandbox_id)
-            except Exception as error:  # noqa: BLE001 - keep closing the rest
+            except Exception as error:
                 print(f"could not close sandbox {sandbox_id}: {error}", file=sys.stderr)
 
     def exec(self, sandbox_id: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -149,8 +150,9 @@ class Api:
 # --- 1-5: the interleaved rounds ----------------------------------------------------------------
 
 
-def variants(api: Api, sandbox_id: str, raw: RawDocker, container: str,
-             server_ms: dict[str, list[float]]) -> dict[str, Variant]:
+def variants(
+    api: Api, sandbox_id: str, raw: RawDocker, container: str, server_ms: dict[str, list[float]]
+) -> dict[str, Variant]:
     def api_exec(name: str, body: dict[str, Any]) -> Variant:
         def run() -> float:
             seconds, answer = timed(lambda: api.exec(sandbox_id, body))
@@ -182,8 +184,9 @@ def variants(api: Api, sandbox_id: str, raw: RawDocker, container: str,
     }
 
 
-def measure_rounds(args: argparse.Namespace, api: Api, raw: RawDocker,
-                   rng: random.Random) -> tuple[dict[str, Stats], dict[str, Stats]]:
+def measure_rounds(
+    args: argparse.Namespace, api: Api, raw: RawDocker, rng: random.Random
+) -> tuple[dict[str, Stats], dict[str, Stats]]:
     """(figures per variant, the server's duration_ms per API exec variant), measured rounds."""
     sandbox_id = api.open("rounds")
     container, volume = raw.create_and_start(args.image)
@@ -191,13 +194,16 @@ def measure_rounds(args: argparse.Namespace, api: Api, raw: RawDocker,
     try:
         stats = run_interleaved(
             variants(api, sandbox_id, raw, container, server_ms),
-            args.n, args.warmup, rng, "exec rounds",
+            args.n,
+            args.warmup,
+            rng,
+            "exec rounds",
         )
     finally:
         raw.remove(container, volume)
         api.close(sandbox_id)
     # Every variant ran once per round, warm-up rounds included: keep the measured rounds.
-    server = {name: Stats(name, samples[args.warmup:]) for name, samples in server_ms.items()}
+    server = {name: Stats(name, samples[args.warmup :]) for name, samples in server_ms.items()}
     return stats, server
 
 
@@ -216,7 +222,7 @@ def measure_server_cpu(api: Api, server_pid: int) -> dict[str, float]:
     """CPU the server spends per request of each API variant (ms), over CPU_REQUESTS sent one
     after another: the resource a burst of requests contends for."""
     sandbox_id = api.open("cpu")
-    requests = {
+    requests: dict[str, Callable[[], object]] = {
         "api session": lambda: api.exec(sandbox_id, {"cmd": "true"}),
         "api session argv": lambda: api.exec(sandbox_id, {"cmd": ["true"]}),
         "api one-shot": lambda: api.exec(sandbox_id, {"cmd": ["true"], "fresh": True}),
@@ -240,8 +246,9 @@ def measure_server_cpu(api: Api, server_pid: int) -> dict[str, float]:
 # --- 6: the first exec of a new sandbox ---------------------------------------------------------
 
 
-def measure_first_exec(args: argparse.Namespace, api: Api, raw: RawDocker,
-                       rng: random.Random) -> tuple[dict[str, Stats], Stats]:
+def measure_first_exec(
+    args: argparse.Namespace, api: Api, raw: RawDocker, rng: random.Random
+) -> tuple[dict[str, Stats], Stats]:
     """First exec in a just-opened sandbox vs in a just-started raw container (open untimed)."""
     keys = iter(range(1_000_000))
     server_ms: list[float] = []
@@ -267,9 +274,12 @@ def measure_first_exec(args: argparse.Namespace, api: Api, raw: RawDocker,
 
     stats = run_interleaved(
         {"raw first": raw_first, "api first": api_first},
-        args.n_first, args.warmup_first, rng, "first exec",
+        args.n_first,
+        args.warmup_first,
+        rng,
+        "first exec",
     )
-    return stats, Stats("api first, server", server_ms[args.warmup_first:])
+    return stats, Stats("api first, server", server_ms[args.warmup_first :])
 
 
 # --- 7: concurrency -----------------------------------------------------------------------------
@@ -357,20 +367,37 @@ def targets(stats: dict[str, Stats], concurrency: Concurrency | None) -> list[di
     raw_p50 = stats["raw"].percentile(50)
     session_limit = max(10.0, 0.5 * raw_p50)
     checks = [
-        (f"{name} p50 <= max(10 ms, 0.5 x raw p50)", stats[name].percentile(50),
-         session_limit, "ms")
+        (
+            f"{name} p50 <= max(10 ms, 0.5 x raw p50)",
+            stats[name].percentile(50),
+            session_limit,
+            "ms",
+        )
         for name in ("api session", "api session argv")
     ]
-    checks.append(("api one-shot p50 <= 1.2 x raw p50 + 5 ms", stats["api one-shot"].percentile(50),
-                   1.2 * raw_p50 + 5, "ms"))
+    checks.append(
+        (
+            "api one-shot p50 <= 1.2 x raw p50 + 5 ms",
+            stats["api one-shot"].percentile(50),
+            1.2 * raw_p50 + 5,
+            "ms",
+        )
+    )
     if concurrency is not None:
         wall = concurrency.wall_seconds if not concurrency.failures else float("inf")
-        label = (f"{concurrency.execs} concurrent sleep {SLEEP_SECONDS} done within "
-                 f"{CONCURRENCY_TARGET_SECONDS:.0f} s")
+        label = (
+            f"{concurrency.execs} concurrent sleep {SLEEP_SECONDS} done within "
+            f"{CONCURRENCY_TARGET_SECONDS:.0f} s"
+        )
         checks.append((label, wall, CONCURRENCY_TARGET_SECONDS, "s"))
     return [
-        {"target": label, "value": round(value, 3), "limit": round(limit, 3), "unit": unit,
-         "pass": value <= limit}
+        {
+            "target": label,
+            "value": round(value, 3),
+            "limit": round(limit, 3),
+            "unit": unit,
+            "pass": value <= limit,
+        }
         for label, value, limit, unit in checks
     ]
 
@@ -385,8 +412,10 @@ def _triple(values: tuple[float, ...], fmt: str) -> str:
 def print_rounds(stats: dict[str, Stats], server: dict[str, Stats], image: str) -> None:
     raw = stats["raw"]
     print(f"exec `true` on {image}, n={raw.n} per variant")
-    header = (f"  {'variant':<54} {'p50/p90/p99 ms':>17}  {'x raw p50/p90/p99':>17}  "
-              f"{'server p50 ms':>13}")
+    header = (
+        f"  {'variant':<54} {'p50/p90/p99 ms':>17}  {'x raw p50/p90/p99':>17}  "
+        f"{'server p50 ms':>13}"
+    )
     print(header)
     print("  " + "-" * (len(header) - 2))
     for name, description in VARIANTS.items():
@@ -409,29 +438,39 @@ def print_cpu(cpu: dict[str, float]) -> None:
 def print_first(first: dict[str, Stats], first_server: Stats, raw_warm: Stats) -> None:
     api, raw = first["api first"], first["raw first"]
     print(f"first exec of a new sandbox, n={api.n}")
-    print(f"  api first {{\"cmd\": \"true\"}}      {_triple(api.percentiles(), '.1f'):>17} ms"
-          f"  (server duration_ms p50 {first_server.percentile(50):.1f})")
-    print(f"  raw first exec_run([\"true\"])    {_triple(raw.percentiles(), '.1f'):>17} ms")
+    print(
+        f'  api first {{"cmd": "true"}}      {_triple(api.percentiles(), ".1f"):>17} ms'
+        f"  (server duration_ms p50 {first_server.percentile(50):.1f})"
+    )
+    print(f'  raw first exec_run(["true"])    {_triple(raw.percentiles(), ".1f"):>17} ms')
     print(f"  raw exec_run, warm (rounds)     {_triple(raw_warm.percentiles(), '.1f'):>17} ms")
     print()
 
 
 def print_concurrency(result: Concurrency) -> None:
-    print(f"concurrency: {result.execs} x sleep {SLEEP_SECONDS} in {CONCURRENT_SANDBOXES} "
-          f"sandboxes x {SESSIONS_PER_SANDBOX} sessions")
+    print(
+        f"concurrency: {result.execs} x sleep {SLEEP_SECONDS} in {CONCURRENT_SANDBOXES} "
+        f"sandboxes x {SESSIONS_PER_SANDBOX} sessions"
+    )
     print(f"  wall time until the last answered   {result.wall_seconds * 1000:.0f} ms")
     if result.latency.n:
         trip, server, delay = result.latency, result.server.samples_ms, result.start_delay
-        print(f"  each sleep's round trip min/p50/max  {min(trip.samples_ms):.0f}/"
-              f"{trip.percentile(50):.0f}/{max(trip.samples_ms):.0f} ms; "
-              f"duration_ms min/max {min(server):.0f}/{max(server):.0f}")
-        print(f"  started in their shells after        min/p50/p90/max {min(delay.samples_ms):.0f}/"
-              f"{delay.percentile(50):.0f}/{delay.percentile(90):.0f}/"
-              f"{max(delay.samples_ms):.0f} ms")
+        print(
+            f"  each sleep's round trip min/p50/max  {min(trip.samples_ms):.0f}/"
+            f"{trip.percentile(50):.0f}/{max(trip.samples_ms):.0f} ms; "
+            f"duration_ms min/max {min(server):.0f}/{max(server):.0f}"
+        )
+        print(
+            f"  started in their shells after        min/p50/p90/max {min(delay.samples_ms):.0f}/"
+            f"{delay.percentile(50):.0f}/{delay.percentile(90):.0f}/"
+            f"{max(delay.samples_ms):.0f} ms"
+        )
     if result.probe.n:
-        print(f"  quick `true` elsewhere meanwhile     n={result.probe.n}, p50 "
-              f"{result.probe.percentile(50):.1f} ms, max {max(result.probe.samples_ms):.1f} ms "
-              f"(server p50 {result.probe_server.percentile(50):.1f} ms)")
+        print(
+            f"  quick `true` elsewhere meanwhile     n={result.probe.n}, p50 "
+            f"{result.probe.percentile(50):.1f} ms, max {max(result.probe.samples_ms):.1f} ms "
+            f"(server p50 {result.probe_server.percentile(50):.1f} ms)"
+        )
     for failure in result.failures:
         print(f"  failed: {failure}")
     print()
@@ -441,8 +480,10 @@ def print_targets(checks: list[dict[str, Any]]) -> None:
     print("targets (reported only; they never fail the run)")
     for check in checks:
         verdict = "PASS" if check["pass"] else "FAIL"
-        print(f"  {verdict}  {check['target']}: {check['value']:.1f} {check['unit']} "
-              f"(limit {check['limit']:.1f} {check['unit']})")
+        print(
+            f"  {verdict}  {check['target']}: {check['value']:.1f} {check['unit']} "
+            f"(limit {check['limit']:.1f} {check['unit']})"
+        )
     print()
 
 
@@ -450,10 +491,18 @@ def _rounded(values: tuple[float, ...]) -> list[float]:
     return [round(value, 3) for value in values]
 
 
-def write_json(path: Path, env: dict[str, Any], config: dict[str, Any], stats: dict[str, Stats],
-               server: dict[str, Stats], cpu: dict[str, float], first: dict[str, Stats],
-               first_server: Stats, concurrency: Concurrency | None,
-               checks: list[dict[str, Any]]) -> None:
+def write_json(
+    path: Path,
+    env: dict[str, Any],
+    config: dict[str, Any],
+    stats: dict[str, Stats],
+    server: dict[str, Stats],
+    cpu: dict[str, float],
+    first: dict[str, Stats],
+    first_server: Stats,
+    concurrency: Concurrency | None,
+    checks: list[dict[str, Any]],
+) -> None:
     raw = stats["raw"]
     payload = {
         "environment": env,
@@ -462,7 +511,9 @@ def write_json(path: Path, env: dict[str, Any], config: dict[str, Any], stats: d
             name: {
                 "description": VARIANTS[name],
                 **figures.summary(),
-                "over_raw": dict(zip(("p50", "p90", "p99"), _rounded(figures.ratios_to(raw)))),
+                "over_raw": dict(
+                    zip(("p50", "p90", "p99"), _rounded(figures.ratios_to(raw)), strict=True)
+                ),
             }
             for name, figures in stats.items()
         },
@@ -486,7 +537,10 @@ def run(args: argparse.Namespace, deployment: str, data_dir: Path) -> dict[str, 
     import httpx
 
     env, token, raw, env_info = prepare(
-        args.image, deployment, data_dir, "Boxyard exec engine benchmark: sessions, one-shot, concurrency"
+        args.image,
+        deployment,
+        data_dir,
+        "Boxyard exec engine benchmark: sessions, one-shot, concurrency",
     )
     rng = random.Random(args.seed)
     concurrency = None
@@ -507,8 +561,13 @@ def run(args: argparse.Namespace, deployment: str, data_dir: Path) -> dict[str, 
             finally:
                 api.close_all()
     return {
-        "env": env_info, "stats": stats, "server": server_ms, "cpu": cpu, "first": first,
-        "first_server": first_server, "concurrency": concurrency,
+        "env": env_info,
+        "stats": stats,
+        "server": server_ms,
+        "cpu": cpu,
+        "first": first,
+        "first_server": first_server,
+        "concurrency": concurrency,
     }
 
 
@@ -546,9 +605,18 @@ def main(argv: list[str] | None = None) -> int:
     print_targets(checks)
     if args.json:
         config = {key: str(v) if isinstance(v, Path) else v for key, v in vars(args).items()}
-        write_json(args.json, result["env"], config | {"deployment": deployment}, stats,
-                   result["server"], result["cpu"], result["first"], result["first_server"],
-                   concurrency, checks)
+        write_json(
+            args.json,
+            result["env"],
+            config | {"deployment": deployment},
+            stats,
+            result["server"],
+            result["cpu"],
+            result["first"],
+            result["first_server"],
+            concurrency,
+            checks,
+        )
         print(f"raw figures written to {args.json}")
     return 0
 

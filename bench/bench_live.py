@@ -62,25 +62,40 @@ def measure(args: argparse.Namespace, deployment: str, data_dir: Path) -> dict[s
     import httpx
     from playwright.sync_api import sync_playwright
 
-    env, token, raw, env_info = prepare(args.image, deployment, data_dir, "Boxyard live-update benchmark")
+    env, token, raw, env_info = prepare(
+        args.image, deployment, data_dir, "Boxyard live-update benchmark"
+    )
     from django.contrib.auth import get_user_model  # Django was set up by prepare()
 
     get_user_model().objects.create_user("bench-admin", password=PASSWORD, is_staff=True)
     # The raw baseline's container carries the deployment label (for the clean-up) and lives
     # through the whole run: the server's reconciler must not take it for an orphan.
     env["BOXYARD_RECONCILE_GRACE_SECONDS"] = "86400"
-    since_send, since_answer, raw_ms = Stats("from the call"), Stats("from the answer"), Stats("raw")
+    since_send, since_answer, raw_ms = (
+        Stats("from the call"),
+        Stats("from the answer"),
+        Stats("raw"),
+    )
     frames = Stats("from the call to the websocket frame")
     with daphne(env, data_dir, embedded_worker=True) as server:
-        bot = httpx.Client(base_url=f"{server.base_url}/api/v1", timeout=60,
-                           headers={"Authorization": f"Bearer {token}"})
-        sandbox_id = bot.post("/sandboxes/open", json={
-            "pipeline": PIPELINE, "variables": {"launcher_type": "bench", "launcher_id": "live"},
-        }).json()["sandbox_id"]
+        bot = httpx.Client(
+            base_url=f"{server.base_url}/api/v1",
+            timeout=60,
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        sandbox_id = bot.post(
+            "/sandboxes/open",
+            json={
+                "pipeline": PIPELINE,
+                "variables": {"launcher_type": "bench", "launcher_id": "live"},
+            },
+        ).json()["sandbox_id"]
         container, volume = raw.create_and_start(args.image)
         events = _docker_events(raw, container)
         with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=shutil.which("chromium"), args=["--no-sandbox"])
+            browser = playwright.chromium.launch(
+                executable_path=shutil.which("chromium"), args=["--no-sandbox"]
+            )
             context = browser.new_context()
             login = context.new_page()
             login.goto(f"{server.base_url}/login/")
@@ -112,7 +127,9 @@ def measure(args: argparse.Namespace, deployment: str, data_dir: Path) -> dict[s
                         continue
                     holder = f"bench-holder-{change}"
                     sent = time.time()
-                    answer = bot.post(f"/sandboxes/{sandbox_id}/lease/takeover", json={"holder": holder})
+                    answer = bot.post(
+                        f"/sandboxes/{sandbox_id}/lease/takeover", json={"holder": holder}
+                    )
                     answered = time.time()
                     if answer.status_code != 200:
                         raise RuntimeError(f"takeover failed: {answer.status_code} {answer.text}")
@@ -123,12 +140,22 @@ def measure(args: argparse.Namespace, deployment: str, data_dir: Path) -> dict[s
                             since_send.samples_ms.append(moment - sent * 1000)
                             since_answer.samples_ms.append(moment - answered * 1000)
                 time.sleep(args.pause)
-                print(f"\r  changes: {change + 1}/{args.warmup + args.changes}", end="", file=sys.stderr)
+                print(
+                    f"\r  changes: {change + 1}/{args.warmup + args.changes}",
+                    end="",
+                    file=sys.stderr,
+                )
             print(file=sys.stderr)
             browser.close()
         raw.remove(container, volume)
         bot.close()
-    return {"env": env_info, "send": since_send, "answer": since_answer, "frame": frames, "raw": raw_ms}
+    return {
+        "env": env_info,
+        "send": since_send,
+        "answer": since_answer,
+        "frame": frames,
+        "raw": raw_ms,
+    }
 
 
 def _wait_seen(pages: list[Any], holder: str, timeout: float) -> list[tuple[float, float]]:
@@ -142,7 +169,9 @@ def _wait_seen(pages: list[Any], holder: str, timeout: float) -> list[tuple[floa
     while len(seen) < len(pages):
         for index, page in enumerate(pages):
             if index not in seen:
-                arrived, shown = page.evaluate(f"[window.__arrived['{holder}'], window.__seen['{holder}']]")
+                arrived, shown = page.evaluate(
+                    f"[window.__arrived['{holder}'], window.__seen['{holder}']]"
+                )
                 if arrived is not None and shown is not None:
                     seen[index] = (float(arrived), float(shown))
         if time.monotonic() > deadline:
@@ -174,8 +203,10 @@ def _raw_change(raw: Any, container: str, events: queue.Queue[float], pause: boo
 
 def report(result: dict[str, Any], args: argparse.Namespace) -> None:
     send, answer, frame, raw = result["send"], result["answer"], result["frame"], result["raw"]
-    print(f"a change reaching {args.dashboards} open dashboards ({args.changes} changes, "
-          f"{send.n} page observations)")
+    print(
+        f"a change reaching {args.dashboards} open dashboards ({args.changes} changes, "
+        f"{send.n} page observations)"
+    )
     print(f"  {'':<62} {'p50':>8} {'p90':>8} {'p99':>8} {'max':>8}")
     for label, stats in (
         ("Boxyard: from the bot's call to the row on the page", send),
@@ -184,7 +215,9 @@ def report(result: dict[str, Any], args: argparse.Namespace) -> None:
         ("raw Docker: from pause/unpause to the events() subscriber", raw),
     ):
         p50, p90, p99 = stats.percentiles()
-        print(f"  {label:<62} {p50:>7.1f}ms {p90:>7.1f}ms {p99:>7.1f}ms {max(stats.samples_ms):>7.1f}ms")
+        print(
+            f"  {label:<62} {p50:>7.1f}ms {p90:>7.1f}ms {p99:>7.1f}ms {max(stats.samples_ms):>7.1f}ms"
+        )
     print()
 
 
@@ -194,7 +227,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--changes", type=int, default=30, help="measured changes (30)")
     parser.add_argument("--warmup", type=int, default=3, help="discarded changes (3)")
     parser.add_argument("--pause", type=float, default=0.5, help="seconds between changes (0.5)")
-    parser.add_argument("--timeout", type=float, default=60, help="seconds to wait for every page (60)")
+    parser.add_argument(
+        "--timeout", type=float, default=60, help="seconds to wait for every page (60)"
+    )
     parser.add_argument("--image", default=DEFAULT_IMAGE, help=f"sandbox image ({DEFAULT_IMAGE})")
     parser.add_argument("--seed", type=int, default=None, help="seed of the order in each round")
     parser.add_argument("--json", type=Path, default=None, help="write the raw figures here")

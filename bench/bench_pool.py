@@ -38,7 +38,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_api import PIPELINE, daphne, manage, prepare, throwaway  # bench/ is on sys.path
-from bench_core import DEFAULT_IMAGE, Stats, run_interleaved, timed
+from bench_core import DEFAULT_IMAGE, run_interleaved, timed
 
 POOL_PIPELINE = "bench-pool"
 VARIANTS = {
@@ -59,27 +59,38 @@ def measure(args: argparse.Namespace, deployment: str, data_dir: Path) -> dict[s
     pool_token = printed.strip().splitlines()[-1]
     from pipelines.models import Pipeline  # Django was set up by prepare()
 
-    Pipeline.objects.filter(slug=POOL_PIPELINE).update(pool_size=args.pool_size, max_live_sandboxes=200)
+    Pipeline.objects.filter(slug=POOL_PIPELINE).update(
+        pool_size=args.pool_size, max_live_sandboxes=200
+    )
     Pipeline.objects.filter(slug=PIPELINE).update(max_live_sandboxes=200)
     keys = itertools.count()
     misses: list[float] = []
     with daphne(env, data_dir, embedded_worker=True) as server:
-        cold_client = httpx.Client(base_url=server.base_url, timeout=120,
-                                   headers={"Authorization": f"Bearer {token}"})
-        pool_client = httpx.Client(base_url=server.base_url, timeout=120,
-                                   headers={"Authorization": f"Bearer {pool_token}"})
+        cold_client = httpx.Client(
+            base_url=server.base_url, timeout=120, headers={"Authorization": f"Bearer {token}"}
+        )
+        pool_client = httpx.Client(
+            base_url=server.base_url, timeout=120, headers={"Authorization": f"Bearer {pool_token}"}
+        )
         try:
             _wait_for_pool(pool_client, args.pool_size, server)
 
             def open_new(client: Any, pipeline: str, expect: str) -> float:
                 variables = {"launcher_type": "bench", "launcher_id": str(next(keys))}
-                seconds, response = timed(lambda: client.post(
-                    "/api/v1/sandboxes/open", json={"pipeline": pipeline, "variables": variables}
-                ))
+                seconds, response = timed(
+                    lambda: client.post(
+                        "/api/v1/sandboxes/open",
+                        json={"pipeline": pipeline, "variables": variables},
+                    )
+                )
                 body = response.json()
                 if response.status_code != 200 or body.get("status") != "running":
-                    raise RuntimeError(f"open failed: {response.status_code} {body}\n{server.tail()}")
-                client.delete(f"/api/v1/sandboxes/{body['sandbox_id']}", params={"delete_workspace": "true"})
+                    raise RuntimeError(
+                        f"open failed: {response.status_code} {body}\n{server.tail()}"
+                    )
+                client.delete(
+                    f"/api/v1/sandboxes/{body['sandbox_id']}", params={"delete_workspace": "true"}
+                )
                 if body["source"] != expect:
                     misses.append(seconds * 1000)
                     return float("nan")
@@ -95,7 +106,9 @@ def measure(args: argparse.Namespace, deployment: str, data_dir: Path) -> dict[s
                 "cold": lambda: open_new(cold_client, PIPELINE, "cold"),
                 "pool": lambda: open_new(pool_client, POOL_PIPELINE, "pool"),
             }
-            stats = run_interleaved(variants, args.n, args.warmup, random.Random(args.seed), "opens")
+            stats = run_interleaved(
+                variants, args.n, args.warmup, random.Random(args.seed), "opens"
+            )
         finally:
             cold_client.close()
             pool_client.close()
@@ -129,18 +142,30 @@ def report(result: dict[str, Any], args: argparse.Namespace) -> list[dict[str, A
     for name, description in VARIANTS.items():
         figures = stats[name]
         ratios = "/".join(f"{r:.2f}" for r in figures.ratios_to(raw))
-        print(f"  {description:<54} {figures.n:>4} {_triple(figures.percentiles()):>19} {ratios:>19}")
+        print(
+            f"  {description:<54} {figures.n:>4} {_triple(figures.percentiles()):>19} {ratios:>19}"
+        )
     print(f"  pooled opens that found the pool empty (made cold, left out above): {len(misses)}")
     print()
     pool = stats["pool"]
     checks = [
-        {"target": "pool p50 <= 25 ms", "value": round(pool.percentile(50), 3), "limit": TARGET_P50_MS},
-        {"target": "pool p99 <= 75 ms", "value": round(pool.percentile(99), 3), "limit": TARGET_P99_MS},
+        {
+            "target": "pool p50 <= 25 ms",
+            "value": round(pool.percentile(50), 3),
+            "limit": TARGET_P50_MS,
+        },
+        {
+            "target": "pool p99 <= 75 ms",
+            "value": round(pool.percentile(99), 3),
+            "limit": TARGET_P99_MS,
+        },
     ]
     print("targets (reported only; they never fail the run)")
     for check in checks:
         check["pass"] = check["value"] <= check["limit"]
-        print(f"  {'PASS' if check['pass'] else 'FAIL'}  {check['target']}: {check['value']:.1f} ms")
+        print(
+            f"  {'PASS' if check['pass'] else 'FAIL'}  {check['target']}: {check['value']:.1f} ms"
+        )
     print()
     return checks
 
@@ -149,7 +174,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=100, help="measured rounds (100)")
     parser.add_argument("--warmup", type=int, default=5, help="discarded rounds (5)")
-    parser.add_argument("--pool-size", type=int, default=4, help="the pool pipeline's pool_size (4)")
+    parser.add_argument(
+        "--pool-size", type=int, default=4, help="the pool pipeline's pool_size (4)"
+    )
     parser.add_argument("--image", default=DEFAULT_IMAGE, help=f"sandbox image ({DEFAULT_IMAGE})")
     parser.add_argument("--seed", type=int, default=None, help="seed of the rounds' order")
     parser.add_argument("--json", type=Path, default=None, help="write the raw figures here")
@@ -168,8 +195,10 @@ def main(argv: list[str] | None = None) -> int:
         payload = {
             "environment": result["env"],
             "config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-            "variants": {name: {"description": VARIANTS[name], **s.summary()}
-                         for name, s in result["stats"].items()},
+            "variants": {
+                name: {"description": VARIANTS[name], **s.summary()}
+                for name, s in result["stats"].items()
+            },
             "pool_misses_ms": result["misses"],
             "targets": checks,
         }

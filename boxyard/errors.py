@@ -1,10 +1,14 @@
-"""The one exception tree every service raises.
+"""Every error Boxyard raises on purpose, and what each means over HTTP.
 
-Each error carries a stable `code`, an HTTP `status` and extra fields for the caller; the
-API maps them to `{"error": {code, message, ...}}` in one place, the dashboard shows the
-message. Nothing a caller sent may surface as anything but one of these.
+One tree for the whole project: the services, the runtime and the agent's client raise these,
+and every entry point shows them the same way. Each class carries a stable `code` and an HTTP
+`status`; `problem()` turns an error into the status, the JSON body `{code, message, ...}` and
+the headers a response carries. The bot API answers with it, the dashboard shows its message
+(and its status, for a page of its own), the websocket consumers send its message. Nothing a
+caller sent may surface as anything but one of these.
 """
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -23,6 +27,9 @@ class BoxyardError(Exception):
         for key, value in self.extra.items():
             payload[key] = value.isoformat() if isinstance(value, datetime) else value
         return payload
+
+
+# --- the caller's request -----------------------------------------------------------------------
 
 
 class InvalidInput(BoxyardError):
@@ -78,6 +85,16 @@ class QuotaExceeded(BoxyardError):
     status = 429
 
 
+class WorkspaceFull(BoxyardError):
+    """A write needs more room than the workspace's disk has left."""
+
+    code = "workspace_full"
+    status = 507
+
+
+# --- what the caller should try again --------------------------------------------------------------
+
+
 class Unavailable(BoxyardError):
     """Something needed is not there now; the caller should try again after `retry_after`."""
 
@@ -101,8 +118,61 @@ class PoolExhausted(Unavailable):
     code = "pool_exhausted"
 
 
+# --- the engine and the sandbox's agent -----------------------------------------------------------
+
+
 class RuntimeFailure(BoxyardError):
     """The engine refused or failed an operation for a reason that is not the caller's input."""
 
     code = "runtime_error"
     status = 502
+
+
+class ContainerGone(RuntimeFailure):
+    """The container is not there (removed from outside, or never created)."""
+
+    code = "container_gone"
+    status = 409
+
+
+class ImageMissing(RuntimeFailure):
+    code = "image_missing"
+    status = 400
+
+
+class ExecDeadlineExceeded(RuntimeFailure):
+    """The engine kept an exec's stream open past the deadline we allowed it."""
+
+    code = "exec_deadline"
+    status = 504
+
+
+class AgentGone(RuntimeFailure):
+    """The channel to a sandbox's agent broke (the container stopped, or the agent died)."""
+
+    code = "agent_unavailable"
+    status = 502
+
+
+class AgentTimeout(RuntimeFailure):
+    code = "agent_timeout"
+    status = 504
+
+
+# --- over HTTP ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Problem:
+    """An error as an HTTP answer: its status, its JSON body and its headers."""
+
+    status: int
+    body: dict[str, Any]
+    headers: dict[str, str]
+
+
+def problem(error: BoxyardError) -> Problem:
+    """The one mapping of an error to HTTP: `{"error": {code, message, ...}}` with its status,
+    and `Retry-After` for what is worth trying again."""
+    headers = {"Retry-After": str(error.retry_after)} if isinstance(error, Unavailable) else {}
+    return Problem(status=error.status, body={"error": error.as_dict()}, headers=headers)

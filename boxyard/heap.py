@@ -131,7 +131,7 @@ def watch(every: float, growth: int, stop: threading.Event | None = None) -> Non
             continue
         try:
             give_back()
-        except Exception:  # noqa: BLE001 - a helper thread must never take the process down
+        except Exception:
             log.exception("giving memory back failed")
         if size - resident_bytes() >= growth // 2:
             futile = 0
@@ -149,7 +149,9 @@ def start_trimming() -> threading.Thread | None:
     with _trimmer_lock:
         if _trimmer is None or not _trimmer.is_alive():
             _trimmer = threading.Thread(
-                target=watch, args=(TRIM_EVERY_SECONDS, TRIM_AFTER_GROWTH), name="heap-trim",
+                target=watch,
+                args=(TRIM_EVERY_SECONDS, TRIM_AFTER_GROWTH),
+                name="heap-trim",
                 daemon=True,
             )
             _trimmer.start()

@@ -18,7 +18,9 @@ T = TypeVar("T")
 
 
 class BoundedRelay(Generic[T]):
-    def __init__(self, loop: asyncio.AbstractEventLoop, limit: int, size: Callable[[T], int]) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, limit: int, size: Callable[[T], int]
+    ) -> None:
         self._loop = loop
         self._limit = limit
         self._size = size

@@ -1,4 +1,5 @@
-"""The threads that serve HTTP requests, shared by the ASGI handler and async views."""
+"""The threads that serve HTTP requests, shared by the ASGI handler and async views, and
+what a thread that waits long lets go of meanwhile."""
 
 import threading
 from collections.abc import Callable
@@ -6,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
+from django import db
 from django.conf import settings
 from django.db import close_old_connections
 
@@ -56,7 +58,17 @@ def with_fresh_connection(function: Callable[..., T], *args: Any, **kwargs: Any)
         close_old_connections()
 
 
+def release_connection() -> None:
+    """Give this thread's database connection back while it waits on a sandbox (the next
+    query opens one again); not inside a transaction, which must keep its connection.
+
+    Only a database server counts its connections: an SQLite connection is a file handle,
+    cheaper to keep than to open again."""
+    if db.connection.vendor != "sqlite" and not db.connection.in_atomic_block:
+        db.connection.close()
+
+
 async def in_pool(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Call a blocking function from async code in a thread of the request pool."""
     call = sync_to_async(with_fresh_connection, thread_sensitive=False, executor=request_pool())
-    return await call(function, *args, **kwargs)  # type: ignore[no-any-return]
+    return await call(function, *args, **kwargs)

@@ -7,8 +7,8 @@ from typing import Any
 from django import forms
 from django.contrib.auth.forms import AuthenticationForm
 from django.contrib.auth.views import redirect_to_login
+from django.http import HttpRequest, HttpResponseBase, HttpResponseForbidden
 from django.utils.translation import gettext_lazy as _
-from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
 
 from boxyard.actors import Actor
 
@@ -17,11 +17,11 @@ def is_admin(user: Any) -> bool:
     return bool(user is not None and user.is_active and user.is_staff)
 
 
-def staff_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+def staff_required(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
     """The dashboard is for staff only: others are sent to log in (or refused, if logged in)."""
 
     @wraps(view)
-    def checked(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    def checked(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         if is_admin(request.user):
             return view(request, *args, **kwargs)
         if request.user.is_authenticated:
@@ -31,8 +31,18 @@ def staff_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpRespo
     return checked
 
 
+def parse_int(value: object) -> int | None:
+    """An integer a browser sent (a query parameter, a websocket message's field), or None."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):  # "x", "1.5", Infinity
+        return None
+
+
 def admin_actor(request: HttpRequest) -> Actor:
-    return Actor("admin", request.user.get_username())  # type: ignore[union-attr]
+    return Actor("admin", request.user.get_username())
 
 
 class StaffLoginForm(AuthenticationForm):
@@ -41,4 +51,6 @@ class StaffLoginForm(AuthenticationForm):
     def confirm_login_allowed(self, user: Any) -> None:
         super().confirm_login_allowed(user)
         if not is_admin(user):
-            raise forms.ValidationError(_("This account is not an administrator's."), code="not_staff")
+            raise forms.ValidationError(
+                _("This account is not an administrator's."), code="not_staff"
+            )

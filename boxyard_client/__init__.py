@@ -11,7 +11,7 @@ It needs only httpx; it does not import the server's code.
 """
 
 from boxyard_client._async import AsyncBoxyardClient
-from boxyard_client._endpoints import Call
+from boxyard_client._calls import Call
 from boxyard_client._models import (
     DeleteResult,
     ExecEvent,
@@ -68,16 +68,16 @@ __all__ = [
     "FileContents",
     "FileEntry",
     "FileList",
-    "KeptAlive",
     "InvalidState",
+    "KeptAlive",
     "Lease",
     "LeaseBusy",
     "NotFound",
     "OpenedSandbox",
     "OutputChunk",
+    "PayloadTooLarge",
     "Process",
     "ProcessOutput",
-    "PayloadTooLarge",
     "QuotaExceeded",
     "ResetDone",
     "RunResult",

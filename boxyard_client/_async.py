@@ -7,12 +7,13 @@ from typing import Self, TypeVar
 
 import httpx
 
-from boxyard_client._endpoints import Call, ClientBase
+from boxyard_client._base import ClientBase
+from boxyard_client._calls import AsyncSending, Call
 
 T = TypeVar("T")
 
 
-class AsyncBoxyardClient(ClientBase[httpx.AsyncClient]):
+class AsyncBoxyardClient(ClientBase[httpx.AsyncClient], AsyncSending):
     """The bot API over `httpx.AsyncClient`: `await client.open("support", variables)`."""
 
     _http_class = httpx.AsyncClient
@@ -28,7 +29,9 @@ class AsyncBoxyardClient(ClientBase[httpx.AsyncClient]):
         return self
 
     async def __aexit__(
-        self, kind: type[BaseException] | None, error: BaseException | None,
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
         await self.shutdown()

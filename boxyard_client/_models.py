@@ -197,7 +197,9 @@ class FileContents:
         else:
             data = (body.get("contents") or "").encode("utf-8")
         return cls(
-            path=body["path"], data=data, size_bytes=body["size_bytes"],
+            path=body["path"],
+            data=data,
+            size_bytes=body["size_bytes"],
             truncated=body.get("truncated", False),
         )
 
@@ -303,7 +305,7 @@ def from_json(cls: type[T], body: Any) -> T:
     hints = typing.get_type_hints(cls)
     values = {
         field.name: _convert(hints[field.name], body[field.name])
-        for field in dataclasses.fields(cls)  # type: ignore[arg-type]
+        for field in dataclasses.fields(cls)  # type: ignore[arg-type]  # a dataclass, which T cannot say
         if field.name in body
     }
     return cls(**values)

@@ -7,12 +7,13 @@ from typing import Self, TypeVar
 
 import httpx
 
-from boxyard_client._endpoints import Call, ClientBase
+from boxyard_client._base import ClientBase
+from boxyard_client._calls import Call, Sending
 
 T = TypeVar("T")
 
 
-class BoxyardClient(ClientBase[httpx.Client]):
+class BoxyardClient(ClientBase[httpx.Client], Sending):
     """The bot API over `httpx.Client`: `BoxyardClient("https://boxyard.example", token)`.
 
     Every call returns a frozen dataclass or raises a `BoxyardAPIError` subclass. `timeout` is
@@ -33,7 +34,9 @@ class BoxyardClient(ClientBase[httpx.Client]):
         return self
 
     def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None,
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
         self.shutdown()

@@ -132,8 +132,10 @@ def error_from_response(response: httpx.Response) -> BoxyardAPIError:
 
 def _retry_after(response: httpx.Response, details: dict[str, Any]) -> float | None:
     for value in (response.headers.get("Retry-After"), details.get("retry_after")):
+        if value is None:
+            continue
         try:
-            return float(value)  # type: ignore[arg-type]
+            return float(value)
         except (TypeError, ValueError):
             continue
     return None

@@ -10,7 +10,7 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
 from ninja.security import APIKeyCookie, HttpBearer
 
-from boxyard.errors import BoxyardError, InvalidInput, Unavailable
+from boxyard.errors import BoxyardError, InvalidInput, problem
 from pipelines.api import router as pipelines_router
 from sandboxes.api import router as sandboxes_router
 from sandboxes.selectors import Principal, principal_for_token, principal_for_user
@@ -50,11 +50,11 @@ class StrictJSON(Parser):
 
     def parse_body(self, request: HttpRequest) -> dict[str, Any]:
         try:
-            data = json.loads(request.body)
+            data: dict[str, Any] = json.loads(request.body)  # as ninja's parsers declare it
         except (ValueError, UnicodeDecodeError) as error:
             raise InvalidInput("body", f"is not valid JSON ({error})") from None
         _require_unicode(data)
-        return data  # type: ignore[no-any-return]
+        return data
 
 
 def _require_unicode(value: Any, where: str = "body") -> None:
@@ -76,7 +76,7 @@ api = NinjaAPI(
     title="Boxyard bot API",
     version="1",
     description="Sandboxes for AI-agent pipelines. Authenticate with `Authorization: Bearer "
-    "<pipeline token>`. Errors are `{\"error\": {\"code\", \"message\", ...}}`.",
+    '<pipeline token>`. Errors are `{"error": {"code", "message", ...}}`.',
     urls_namespace="api-v1",
     openapi_url="/openapi.json",
     docs_url="/docs",
@@ -93,9 +93,10 @@ def error_response(request: HttpRequest, status: int, body: dict[str, Any]) -> H
 
 @api.exception_handler(BoxyardError)
 def on_boxyard_error(request: HttpRequest, error: BoxyardError) -> HttpResponse:
-    response = error_response(request, error.status, error.as_dict())
-    if isinstance(error, Unavailable):
-        response["Retry-After"] = str(error.retry_after)
+    answer = problem(error)
+    response = api.create_response(request, answer.body, status=answer.status)
+    for name, value in answer.headers.items():
+        response[name] = value
     return response
 
 
@@ -105,9 +106,17 @@ def on_validation_error(request: HttpRequest, error: ValidationError) -> HttpRes
     field = _field_name(first.get("loc", ()))
     message = first.get("msg", "invalid input")
     return error_response(
-        request, 400,
-        {"code": "invalid_input", "message": f"{field}: {message}", "field": field,
-         "errors": [{"loc": list(map(str, e.get("loc", ()))), "msg": e.get("msg", "")} for e in error.errors[:20]]},
+        request,
+        400,
+        {
+            "code": "invalid_input",
+            "message": f"{field}: {message}",
+            "field": field,
+            "errors": [
+                {"loc": list(map(str, e.get("loc", ()))), "msg": e.get("msg", "")}
+                for e in error.errors[:20]
+            ],
+        },
     )
 
 
@@ -132,8 +141,12 @@ def _field_name(location: Any) -> str:
 @api.exception_handler(AuthenticationError)
 def on_authentication_error(request: HttpRequest, error: AuthenticationError) -> HttpResponse:
     response = error_response(
-        request, 401,
-        {"code": "unauthorized", "message": "a valid pipeline token is required (Authorization: Bearer ...)"},
+        request,
+        401,
+        {
+            "code": "unauthorized",
+            "message": "a valid pipeline token is required (Authorization: Bearer ...)",
+        },
     )
     response["WWW-Authenticate"] = "Bearer"
     return response

@@ -1,4 +1,6 @@
 import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
 import django
@@ -20,6 +22,11 @@ from django.http.request import split_domain_port, validate_host  # noqa: E402
 
 from sandboxes.routing import websocket_urlpatterns  # noqa: E402
 
+if TYPE_CHECKING:
+    from asgiref.typing import ASGI3Application, ASGIReceiveCallable, ASGISendCallable
+    from channels.consumer import _ChannelScope
+    from channels.utils import _ChannelApplication
+
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
@@ -34,16 +41,21 @@ class SameOriginWebsockets:
     connects.
     """
 
-    def __init__(self, application: object) -> None:
+    def __init__(self, application: "_ChannelApplication") -> None:
         self.application = application
 
-    async def __call__(self, scope: dict, receive: object, send: object) -> object:
+    async def __call__(
+        self, scope: "_ChannelScope", receive: "ASGIReceiveCallable", send: "ASGISendCallable"
+    ) -> None:
         if _same_origin(scope):
-            return await self.application(scope, receive, send)  # type: ignore[operator]
-        return await WebsocketDenier()(scope, receive, send)
+            # A channels stack is an ASGI 3 application; types-channels' type for it admits
+            # ASGI 2 ones too (called with the scope alone).
+            await cast("ASGI3Application", self.application)(scope, receive, send)
+        else:
+            await WebsocketDenier()(scope, receive, send)
 
 
-def _same_origin(scope: dict) -> bool:
+def _same_origin(scope: Mapping[str, Any]) -> bool:
     headers = [(name.lower(), value.decode("latin1")) for name, value in scope.get("headers", [])]
     origins = [value for name, value in headers if name == b"origin"]
     hosts = [value for name, value in headers if name == b"host"]
@@ -69,14 +81,18 @@ def _origin(text: str) -> tuple[str, str, int] | None:
     except ValueError:
         return None
     if (
-        parts.scheme not in _DEFAULT_PORTS or not parts.hostname or parts.username is not None
-        or parts.path or parts.query or parts.fragment
+        parts.scheme not in _DEFAULT_PORTS
+        or not parts.hostname
+        or parts.username is not None
+        or parts.path
+        or parts.query
+        or parts.fragment
     ):
         return None
     return parts.scheme, parts.hostname, port or _DEFAULT_PORTS[parts.scheme]
 
 
-def _secure(scope: dict, headers: list[tuple[bytes, str]]) -> bool:
+def _secure(scope: Mapping[str, Any], headers: list[tuple[bytes, str]]) -> bool:
     if scope.get("scheme") == "wss":
         return True
     if settings.SECURE_PROXY_SSL_HEADER:
@@ -90,7 +106,9 @@ def _secure(scope: dict, headers: list[tuple[bytes, str]]) -> bool:
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": SameOriginWebsockets(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        "websocket": SameOriginWebsockets(
+            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))  # type: ignore[arg-type]  # types-channels' own URLPattern type
+        ),
     }
 )
 
@@ -99,6 +117,6 @@ application = ProtocolTypeRouter(
 # traffic leave behind (see boxyard.heap).
 from django.urls import get_resolver  # noqa: E402
 
-get_resolver().url_patterns
+_ = get_resolver().url_patterns  # resolved now, not at the first request
 heap.settle()
 heap.start_trimming()

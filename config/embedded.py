@@ -30,7 +30,10 @@ def start_worker_and_scheduler() -> WorkController:
         loglevel=settings.LOGGING["root"]["level"],
     )
     threading.Thread(target=worker.start, name="celery-worker", daemon=True).start()
-    scheduler = EmbeddedService(app, thread=True, schedule_filename=settings.CELERY_BEAT_SCHEDULE_FILENAME)
+    scheduler = EmbeddedService(
+        app, thread=True, schedule_filename=settings.CELERY_BEAT_SCHEDULE_FILENAME
+    )
+    assert isinstance(scheduler, threading.Thread)  # as thread=True asks
     scheduler.daemon = True
     scheduler.start()
     # Containers that die outside Boxyard, marked lost as it happens; it stops with the worker.

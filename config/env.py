@@ -38,7 +38,9 @@ def env_bool(name: str, default: bool) -> bool:
     raise ImproperlyConfigured(f"{name}={value!r} is not a boolean (use true/false)")
 
 
-def _number(name: str, default: float, cast: Callable[[str], float], minimum: float | None) -> float:
+def _number(
+    name: str, default: float, cast: Callable[[str], float], minimum: float | None
+) -> float:
     value = _raw(name)
     if value is None or value.strip() == "":
         return default

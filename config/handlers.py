@@ -15,7 +15,9 @@ A thread of the pool keeps its database connection between requests (within
 be larger than the database's connection limit.
 """
 
-from asgiref.typing import ASGIReceiveCallable, ASGISendCallable, Scope
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
 from django.core.handlers.asgi import ASGIHandler
 from django.http import HttpRequest, HttpResponseBase
 
@@ -33,7 +35,12 @@ class PooledASGIHandler(ASGIHandler):
     def load_middleware(self, is_async: bool = False) -> None:
         super().load_middleware(is_async=False)
 
-    async def __call__(self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
+    async def __call__(
+        self,
+        scope: dict[str, Any],
+        receive: Callable[[], Awaitable[Mapping[str, Any]]],
+        send: Callable[[Mapping[str, Any]], Awaitable[None]],
+    ) -> None:
         # Django's handler enters a ThreadSensitiveContext here, which starts a thread for each
         # request to run its thread-sensitive calls; here the request runs in a pool thread,
         # and what is left thread-sensitive (the request signals' receivers, closing the
@@ -42,7 +49,9 @@ class PooledASGIHandler(ASGIHandler):
             raise ValueError(f"this handler serves HTTP, not {scope['type']}")
         await self.handle(scope, receive, paced(send))
 
-    async def listen_for_disconnect(self, receive: ASGIReceiveCallable) -> None:
+    async def listen_for_disconnect(
+        self, receive: Callable[[], Awaitable[Mapping[str, Any]]]
+    ) -> None:
         """Return when the client goes away, where Django's raises `RequestAborted`.
 
         `handle` ends the view when this returns, however it returns, and ignores a

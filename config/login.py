@@ -18,7 +18,7 @@ def client_address(request: HttpRequest) -> str | None:
     whatever the client sent, and a client choosing its own address would escape the lockout.
     """
     if settings.BOXYARD_BEHIND_PROXY:
-        last = request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")[-1].strip()
+        last: str = request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")[-1].strip()
         if last:
             return last
     return request.META.get("REMOTE_ADDR")

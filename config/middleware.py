@@ -2,7 +2,7 @@ import json
 from collections.abc import Awaitable, Callable
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
 _API_PREFIX = "/api/"
 
@@ -19,22 +19,27 @@ class JSONErrorsForAPI:
     async_capable = True
 
     def __init__(
-        self, get_response: Callable[[HttpRequest], HttpResponse | Awaitable[HttpResponse]]
+        self,
+        get_response: Callable[[HttpRequest], HttpResponseBase | Awaitable[HttpResponseBase]],
     ) -> None:
         self.get_response = get_response
         if iscoroutinefunction(get_response):
             markcoroutinefunction(self)
 
-    def __call__(self, request: HttpRequest) -> HttpResponse | Awaitable[HttpResponse]:
-        if iscoroutinefunction(self):
+    def __call__(self, request: HttpRequest) -> HttpResponseBase | Awaitable[HttpResponseBase]:
+        if iscoroutinefunction(self.get_response):  # and so this middleware, marked above
             return self._acall(request)
-        return _as_json_error(request, self.get_response(request))  # type: ignore[arg-type]
+        response = self.get_response(request)
+        assert isinstance(response, HttpResponseBase)  # a synchronous chain answers at once
+        return _as_json_error(request, response)
 
-    async def _acall(self, request: HttpRequest) -> HttpResponse:
-        return _as_json_error(request, await self.get_response(request))  # type: ignore[misc]
+    async def _acall(self, request: HttpRequest) -> HttpResponseBase:
+        response = self.get_response(request)
+        assert not isinstance(response, HttpResponseBase)  # an asynchronous chain's coroutine
+        return _as_json_error(request, await response)
 
 
-def _as_json_error(request: HttpRequest, response: HttpResponse) -> HttpResponse:
+def _as_json_error(request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
     if (
         request.path.startswith(_API_PREFIX)
         and response.status_code in (404, 405)

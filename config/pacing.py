@@ -11,16 +11,18 @@ taken the ones before, and the server holds about one buffer per response.
 
 import asyncio
 import functools
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from asgiref.typing import ASGISendCallable, ASGISendEvent
+# An ASGI `send` as Django's handler types it: a message is a mapping with its "type".
+Send = Callable[[Mapping[str, Any]], Awaitable[None]]
 
 
 class _PacedSend:
     """An ASGI `send` that is also the Twisted request's push producer (`pauseProducing`,
     `resumeProducing` and `stopProducing` are called by Twisted, on the event loop)."""
 
-    def __init__(self, request: Any, send: ASGISendCallable) -> None:
+    def __init__(self, request: Any, send: Send) -> None:
         self._request = request
         self._send = send
         self._writable = asyncio.Event()
@@ -36,7 +38,7 @@ class _PacedSend:
     def stopProducing(self) -> None:  # the connection is going away: stop waiting
         self._writable.set()
 
-    async def __call__(self, message: ASGISendEvent) -> None:
+    async def __call__(self, message: Mapping[str, Any]) -> None:
         if message["type"] != "http.response.body":
             await self._send(message)
             return
@@ -69,7 +71,7 @@ class _PacedSend:
                 pass  # the connection is gone already
 
 
-def paced(send: ASGISendCallable) -> ASGISendCallable:
+def paced(send: Send) -> Send:
     """`send` with backpressure when it is daphne's (its server's reply handler bound to the
     request, a Twisted `Request`); any other server's `send` is returned as it is."""
     if isinstance(send, functools.partial) and send.args:

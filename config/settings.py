@@ -9,11 +9,17 @@ import os
 import secrets
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
+import django_stubs_ext
 from csp.constants import NONE, SELF, UNSAFE_INLINE
 
 from config.env import env_bool, env_float, env_int, env_list, env_str
+
+# Django's generic classes (ModelAdmin[Pipeline], QuerySet[Sandbox]) take their type
+# parameters at run time too, as the type checker reads them.
+django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env_str("BOXYARD_DATA_DIR", str(BASE_DIR / "var"))).resolve()
@@ -100,7 +106,9 @@ DATABASES = {
 _SQLITE = DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3"
 # Connections kept open (seconds): SQLite's cost nothing to keep; a PostgreSQL server's are
 # counted, so there it is the operator's choice.
-DATABASES["default"]["CONN_MAX_AGE"] = env_int("BOXYARD_DB_CONN_MAX_AGE", 600 if _SQLITE else 0, minimum=0)
+DATABASES["default"]["CONN_MAX_AGE"] = env_int(
+    "BOXYARD_DB_CONN_MAX_AGE", 600 if _SQLITE else 0, minimum=0
+)
 if _SQLITE:
     DATABASES["default"]["ENGINE"] = "boxyard.db.sqlite3"  # writers queue in the process
     DATABASES["default"]["OPTIONS"] = {
@@ -140,7 +148,7 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = DATA_DIR / "static"  # filled by collectstatic (bin/run does it)
 STATIC_ROOT.mkdir(exist_ok=True)
-STATICFILES_DIRS: list = [BASE_DIR / "static"]
+STATICFILES_DIRS: list[Path | tuple[str, str]] = [BASE_DIR / "static"]
 # The terminal emulator of the dashboard: Debian's libjs-term.js (bin/setup installs it).
 if Path("/usr/share/javascript/term.js").is_dir():
     STATICFILES_DIRS.append(("vendor/termjs", "/usr/share/javascript/term.js"))
@@ -183,7 +191,10 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("BOXYARD_MAX_REQUEST_BYTES", 32 * 1024 * 1
 REDIS_URL = env_str("REDIS_URL", "")
 if REDIS_URL:
     CHANNEL_LAYERS = {
-        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL]},
+        }
     }
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
@@ -256,7 +267,7 @@ CONTENT_SECURITY_POLICY = {
 }
 SILENCED_SYSTEM_CHECKS = [] if env_bool("BOXYARD_HSTS_PRELOAD", False) else ["security.W021"]
 
-LOGGING = {
+LOGGING: dict[str, Any] = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
@@ -301,7 +312,9 @@ BOXYARD_API_THREADS = env_int("BOXYARD_API_THREADS", 256, minimum=1)
 # The sandbox agent (built from agent/ by bin/setup), mounted read-only into new sandboxes.
 # Without it sandboxes still work, but every exec is a fresh engine exec and only the
 # default session exists.
-BOXYARD_AGENT_BINARY = env_str("BOXYARD_AGENT_BINARY", str(BASE_DIR / "var" / "agent" / "boxyard-agent"))
+BOXYARD_AGENT_BINARY = env_str(
+    "BOXYARD_AGENT_BINARY", str(BASE_DIR / "var" / "agent" / "boxyard-agent")
+)
 # Output an agent keeps per exec (beyond what an exec's answer carries), for later reads.
 BOXYARD_EXEC_KEEP_BYTES = env_int("BOXYARD_EXEC_KEEP_BYTES", 16 * 1024 * 1024, minimum=1024)
 # The bearer token a Prometheus scraper sends to /metrics (admins' sessions work too).

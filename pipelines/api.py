@@ -7,6 +7,7 @@ from ninja import Router, Schema
 from ninja.responses import codes_4xx, codes_5xx
 
 from pipelines import selectors, tools
+from sandboxes.api.common import principal
 from sandboxes.schemas import ErrorOut
 
 router = Router(tags=["pipelines"])
@@ -26,6 +27,5 @@ class ToolsOut(Schema):
     summary="Tool definitions and system prompt for an LLM",
 )
 def pipeline_tools(request: HttpRequest, slug: str) -> dict[str, Any]:
-    pipeline = selectors.pipeline_for(request.auth, slug)  # type: ignore[attr-defined]
+    pipeline = selectors.pipeline_for(principal(request), slug)
     return tools.tools_document(pipeline)
-

@@ -12,5 +12,9 @@ class PipelinesConfig(AppConfig):
 
         # A token's pipeline is kept briefly per process; a change here is seen at once.
         for model in (Pipeline, PipelineToken):
-            post_save.connect(forget_principals, sender=model, dispatch_uid=f"forget-{model.__name__}")
-            post_delete.connect(forget_principals, sender=model, dispatch_uid=f"forget-del-{model.__name__}")
+            post_save.connect(
+                forget_principals, sender=model, dispatch_uid=f"forget-{model.__name__}"
+            )
+            post_delete.connect(
+                forget_principals, sender=model, dispatch_uid=f"forget-del-{model.__name__}"
+            )

@@ -19,7 +19,11 @@ class JSONText(forms.CharField):
 
     def __init__(self, *, empty: Any, **kwargs: Any) -> None:
         self.empty = empty
-        super().__init__(required=False, widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}), **kwargs)
+        super().__init__(
+            required=False,
+            widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}),
+            **kwargs,
+        )
 
     def prepare_value(self, value: Any) -> str:
         if isinstance(value, str):
@@ -33,37 +37,74 @@ class JSONText(forms.CharField):
         try:
             return json.loads(text)
         except ValueError as error:
-            raise forms.ValidationError(_("This is not valid JSON: %(error)s"), params={"error": error}) from None
+            raise forms.ValidationError(
+                _("This is not valid JSON: %(error)s"), params={"error": error}
+            ) from None
 
 
-class PipelineForm(forms.ModelForm):
+class PipelineForm(forms.ModelForm[Pipeline]):
     scope_preset = forms.ChoiceField(label=_("Sandbox scope"), required=True)
-    env = JSONText(empty={}, label=_("Environment"), help_text=_('For every command, e.g. {"LANG": "C.UTF-8"}.'))
+    env = JSONText(
+        empty={},
+        label=_("Environment"),
+        help_text=_('For every command, e.g. {"LANG": "C.UTF-8"}.'),
+    )
     processes = JSONText(
-        empty=[], label=_("Managed processes"),
+        empty=[],
+        label=_("Managed processes"),
         help_text=_('e.g. [{"name": "mcp", "cmd": ["python3", "server.py"]}]'),
     )
 
     class Meta:
         model = Pipeline
         fields = [
-            "slug", "name", "description", "scope_template", "image", "cpus", "memory_mb",
-            "pids_limit", "workspace_mb", "tmp_mb", "network_enabled", "idle_timeout_seconds",
-            "ttl_seconds", "lease_timeout_seconds", "exec_timeout_seconds", "output_limit_bytes",
-            "retention", "max_live_sandboxes", "pool_size", "pool_exhausted", "pool_wait_seconds",
-            "env", "processes", "system_prompt",
+            "slug",
+            "name",
+            "description",
+            "scope_template",
+            "image",
+            "cpus",
+            "memory_mb",
+            "pids_limit",
+            "workspace_mb",
+            "tmp_mb",
+            "network_enabled",
+            "idle_timeout_seconds",
+            "ttl_seconds",
+            "lease_timeout_seconds",
+            "exec_timeout_seconds",
+            "output_limit_bytes",
+            "retention",
+            "max_live_sandboxes",
+            "pool_size",
+            "pool_exhausted",
+            "pool_wait_seconds",
+            "env",
+            "processes",
+            "system_prompt",
         ]
         labels = {
-            "slug": _("Slug"), "name": _("Name"), "description": _("Description"),
-            "scope_template": _("Custom scope template"), "image": _("Image"), "cpus": _("CPUs"),
-            "memory_mb": _("Memory (MiB)"), "pids_limit": _("Processes at most"),
-            "workspace_mb": _("Workspace (MiB)"), "tmp_mb": _("/tmp (MiB)"),
-            "network_enabled": _("Network"), "idle_timeout_seconds": _("Idle timeout (s)"),
-            "ttl_seconds": _("Time to live (s)"), "lease_timeout_seconds": _("Lease timeout (s)"),
+            "slug": _("Slug"),
+            "name": _("Name"),
+            "description": _("Description"),
+            "scope_template": _("Custom scope template"),
+            "image": _("Image"),
+            "cpus": _("CPUs"),
+            "memory_mb": _("Memory (MiB)"),
+            "pids_limit": _("Processes at most"),
+            "workspace_mb": _("Workspace (MiB)"),
+            "tmp_mb": _("/tmp (MiB)"),
+            "network_enabled": _("Network"),
+            "idle_timeout_seconds": _("Idle timeout (s)"),
+            "ttl_seconds": _("Time to live (s)"),
+            "lease_timeout_seconds": _("Lease timeout (s)"),
             "exec_timeout_seconds": _("Command timeout (s)"),
-            "output_limit_bytes": _("Output per command (bytes)"), "retention": _("Retention"),
-            "max_live_sandboxes": _("Live sandboxes at most"), "pool_size": _("Warm pool size"),
-            "pool_exhausted": _("When the pool is empty"), "pool_wait_seconds": _("Wait for the pool (s)"),
+            "output_limit_bytes": _("Output per command (bytes)"),
+            "retention": _("Retention"),
+            "max_live_sandboxes": _("Live sandboxes at most"),
+            "pool_size": _("Warm pool size"),
+            "pool_exhausted": _("When the pool is empty"),
+            "pool_wait_seconds": _("Wait for the pool (s)"),
             "system_prompt": _("System prompt"),
         }
         widgets = {
@@ -71,7 +112,9 @@ class PipelineForm(forms.ModelForm):
             "system_prompt": forms.Textarea(attrs={"rows": 8}),
         }
         help_texts = {
-            "scope_template": _("Variables in braces; a chain such as {task_id|conversation_id|uuid} takes the first one present."),
+            "scope_template": _(
+                "Variables in braces; a chain such as {task_id|conversation_id|uuid} takes the first one present."
+            ),
         }
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -79,19 +122,32 @@ class PipelineForm(forms.ModelForm):
         language = get_language()
         presets = list(SessionTemplate.objects.all())
         self.presets = {preset.template: preset for preset in presets}
-        self.fields["scope_preset"].choices = [
+        scope_preset = self.fields["scope_preset"]
+        assert isinstance(scope_preset, forms.ChoiceField)  # declared so above
+        scope_preset.choices = [
             (preset.template, f"{preset.label(language)} — {preset.template}") for preset in presets
         ] + [(CUSTOM, _("Custom template"))]
         self.fields["scope_template"].required = False
-        current = self.instance.scope_template if self.instance.pk else next(
-            (p.template for p in presets if p.is_default), CUSTOM
+        current = (
+            self.instance.scope_template
+            if self.instance.pk
+            else next((p.template for p in presets if p.is_default), CUSTOM)
         )
         self.fields["scope_preset"].initial = current if current in self.presets else CUSTOM
         if self.instance.pk:
             self.fields["slug"].disabled = True
 
+    def values(self) -> dict[str, Any]:
+        """The pipeline's fields as the admin gave them (after `is_valid`), for the services."""
+        return {
+            name: self.cleaned_data[name]
+            for name in self.Meta.fields
+            if name != "slug" or not self.instance.pk
+        }
+
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data  # what a model form's `clean` returns
         preset = data.get("scope_preset")
         if preset and preset != CUSTOM:
             data["scope_template"] = preset
@@ -101,7 +157,10 @@ class PipelineForm(forms.ModelForm):
         return data
 
 
-class SkillForm(forms.ModelForm):
+class SkillForm(forms.ModelForm[Skill]):
     class Meta:
         model = Skill
         fields = ["name", "host_path", "mode", "description"]
+
+    def values(self) -> dict[str, Any]:
+        return {name: self.cleaned_data[name] for name in self.Meta.fields}

@@ -66,7 +66,7 @@ class Retention(models.TextChoices):
     PERSISTENT = "persistent", _("Persistent: stopped when reaped, workspace kept")
 
 
-class PoolExhausted(models.TextChoices):
+class PoolPolicy(models.TextChoices):
     """What an open does when the warm pool has no ready sandbox for a new scope key."""
 
     COLD = "cold", _("Create one cold")
@@ -100,7 +100,8 @@ class Pipeline(models.Model):
     memory_mb = models.PositiveIntegerField(default=1024, validators=[MinValueValidator(16)])
     pids_limit = models.PositiveIntegerField(default=256, validators=[MinValueValidator(8)])
     workspace_mb = models.PositiveIntegerField(
-        default=2048, validators=[MinValueValidator(16)],
+        default=2048,
+        validators=[MinValueValidator(16)],
         help_text="The size of each sandbox's workspace disk (the file system's own metadata counts).",
     )
     tmp_mb = models.PositiveIntegerField(default=256, validators=[MinValueValidator(1)])
@@ -118,11 +119,14 @@ class Pipeline(models.Model):
         default=0, help_text="Sandboxes kept started and ready for new scope keys (0: none)."
     )
     pool_exhausted = models.CharField(
-        max_length=8, choices=PoolExhausted.choices, default=PoolExhausted.COLD,
+        max_length=8,
+        choices=PoolPolicy.choices,
+        default=PoolPolicy.COLD,
         help_text="What an open does when the pool has no ready sandbox.",
     )
     pool_wait_seconds = models.PositiveIntegerField(
-        default=10, validators=[MinValueValidator(1)],
+        default=10,
+        validators=[MinValueValidator(1)],
         help_text="With the wait policy: how long an open waits for the pool before failing.",
     )
     exec_timeout_seconds = models.PositiveIntegerField(
@@ -194,7 +198,12 @@ class Pipeline(models.Model):
                 settings.BOXYARD_MAX_LIVE_SANDBOXES,
                 "BOXYARD_MAX_LIVE_SANDBOXES",
             ),
-            ("ttl_seconds", self.ttl_seconds, settings.BOXYARD_MAX_TTL_SECONDS, "BOXYARD_MAX_TTL_SECONDS"),
+            (
+                "ttl_seconds",
+                self.ttl_seconds,
+                settings.BOXYARD_MAX_TTL_SECONDS,
+                "BOXYARD_MAX_TTL_SECONDS",
+            ),
         ]
         for field, value, maximum, setting in limits:
             if value is not None and value > maximum:

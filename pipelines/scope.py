@@ -63,7 +63,7 @@ def parse(template: str) -> tuple[_Literal | _Chain, ...]:
     if not any(isinstance(part, _Chain) for part in parts):
         raise TemplateError(
             "the template names no variable, so every chat would share one sandbox; "
-            "use at least one of " + ", ".join("{%s}" % name for name in VARIABLES)
+            "use at least one of " + ", ".join(f"{{{name}}}" for name in VARIABLES)
         )
     return tuple(parts)
 
@@ -127,14 +127,25 @@ def clean_variables(variables: object) -> dict[str, str]:
             raise InvalidInput(f"variables.{name}", "must be a string or an integer")
         text = str(value)
         if len(text) > MAX_VALUE_LENGTH:
-            raise InvalidInput(
-                f"variables.{name}", f"is longer than {MAX_VALUE_LENGTH} characters"
-            )
+            raise InvalidInput(f"variables.{name}", f"is longer than {MAX_VALUE_LENGTH} characters")
         if text.strip() and not any(ch in text for ch in "\x00\r\n"):
             cleaned[name] = text
         elif text.strip():
             raise InvalidInput(f"variables.{name}", "must not contain NUL or line breaks")
     return cleaned
+
+
+@dataclass(frozen=True)
+class Scope:
+    """A request's scope: its key, and the variables it sent (the known ones, cleaned)."""
+
+    key: str
+    variables: dict[str, str]
+
+
+def scope_of(template: str, variables: object) -> Scope:
+    """The key and the cleaned variables of a request, or InvalidInput naming the field."""
+    return Scope(key=resolve(template, variables), variables=clean_variables(variables))
 
 
 def resolve(template: str, variables: object) -> str:

@@ -1,15 +1,19 @@
-"""Who is calling, and which pipelines they may touch."""
+"""Who is calling, which pipelines they may touch, and what the pipeline's page reads."""
 
 import time
 from dataclasses import dataclass
 from datetime import timedelta
 
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser
+from django.db.models import Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
 from boxyard.actors import Actor
 from boxyard.errors import NotFound
 from pipelines.models import Pipeline, PipelineToken, hash_token
+from sandboxes.models import Event, Sandbox, State
 
 # last_used_at is written at most this often per token, not on every call.
 _TOKEN_TOUCH_INTERVAL = timedelta(seconds=30)
@@ -52,7 +56,9 @@ def principal_for_token(token: str) -> Principal | None:
     if row.last_used_at is None or timezone.now() - row.last_used_at > _TOKEN_TOUCH_INTERVAL:
         PipelineToken.objects.filter(pk=row.pk).update(last_used_at=Now())
     # Named by the token's row, not its prefix: other holders see this name in 409s.
-    principal = Principal(actor=Actor("bot", f"{row.pipeline.slug}/token-{row.pk}"), pipeline=row.pipeline)
+    principal = Principal(
+        actor=Actor("bot", f"{row.pipeline.slug}/token-{row.pk}"), pipeline=row.pipeline
+    )
     if len(_principals) >= _PRINCIPALS_KEPT:
         _principals.clear()
     _principals[digest] = (now + PRINCIPAL_CACHE_SECONDS, principal)
@@ -64,9 +70,9 @@ def forget_principals(**_: object) -> None:
     _principals.clear()
 
 
-def principal_for_user(user: object) -> Principal | None:
+def principal_for_user(user: AbstractBaseUser | AnonymousUser) -> Principal | None:
     if getattr(user, "is_active", False) and getattr(user, "is_staff", False):
-        return Principal(actor=Actor("admin", user.get_username()), pipeline=None)  # type: ignore[attr-defined]
+        return Principal(actor=Actor("admin", user.get_username()), pipeline=None)
     return None
 
 
@@ -79,3 +85,19 @@ def pipeline_for(principal: Principal, slug: str) -> Pipeline:
     if pipeline is None:
         raise NotFound(f"no pipeline {slug!r}")
     return pipeline
+
+
+# A pipeline's history: its own events, not its sandboxes'.
+HISTORY_ACTIONS = ("pipeline.", "token.", "skill.")
+
+
+def pipeline_history(pipeline: Pipeline, limit: int = 100) -> list[Event]:
+    """Who changed what of the pipeline, newest first (its tokens and skills too)."""
+    changes = Q()
+    for prefix in HISTORY_ACTIONS:
+        changes |= Q(action__startswith=prefix)
+    return list(Event.objects.filter(changes, pipeline=pipeline, sandbox=None)[:limit])
+
+
+def live_sandbox_count(pipeline: Pipeline) -> int:
+    return Sandbox.objects.filter(pipeline=pipeline).exclude(state=State.DESTROYED).count()

@@ -105,7 +105,7 @@ def tool_specs() -> list[ToolSpec]:
                 "between calls and between messages. Output past the pipeline's limit is cut "
                 "and truncated is true: send large output to a file and read parts of it. A "
                 "command is killed at its timeout. For long jobs or servers set background: it "
-                "returns at once with status \"running\" and an exec_id to use with "
+                'returns at once with status "running" and an exec_id to use with '
                 "sandbox_exec_read and sandbox_exec_wait."
             ),
             parameters=_object(
@@ -128,7 +128,7 @@ def tool_specs() -> list[ToolSpec]:
                     },
                     "session": {
                         "type": "string",
-                        "description": "Shell session to run in (default \"default\"); sessions "
+                        "description": 'Shell session to run in (default "default"); sessions '
                         "keep separate directories and variables and run side by side.",
                     },
                     "env": {

@@ -7,6 +7,7 @@ urlpatterns = [
     path("new", views.pipeline_edit, name="pipeline-new"),
     path("scope-preview", views.scope_preview, name="scope-preview"),
     path("<slug:slug>/", views.pipeline_edit, name="pipeline"),
+    path("<slug:slug>/delete", views.pipeline_delete, name="pipeline-delete"),
     path("<slug:slug>/tokens", views.token_create, name="token-create"),
     path("<slug:slug>/tokens/<int:token_id>/revoke", views.token_revoke, name="token-revoke"),
     path("<slug:slug>/skills", views.skill_add, name="skill-add"),

@@ -4,28 +4,54 @@ API tokens (a new token is shown once)."""
 from typing import Any
 
 from django.contrib import messages
-from django.db import IntegrityError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from boxyard.errors import InvalidInput
-from boxyard.web import staff_required
-from pipelines import scope
+from boxyard.errors import BoxyardError, InvalidInput
+from boxyard.web import admin_actor, staff_required
+from pipelines import scope, selectors, services
 from pipelines.forms import CUSTOM, PipelineForm, SkillForm
-from pipelines.models import Pipeline, PipelineToken, Skill
+from pipelines.models import Pipeline, Skill
 
 # What the scope preview resolves the template with: two people in one group chat, and one
 # of them in a private chat, each with their own message.
 SAMPLE_CHATS = [
-    ("Alice in group 42", {"launcher_type": "group", "launcher_id": "42", "sender_id": "alice",
-                           "conversation_id": "c-1001", "query_id": "m-1", "user_id": "alice"}),
-    ("Bob in group 42", {"launcher_type": "group", "launcher_id": "42", "sender_id": "bob",
-                         "conversation_id": "c-1001", "query_id": "m-2", "user_id": "bob"}),
-    ("Alice in private", {"launcher_type": "person", "launcher_id": "alice", "sender_id": "alice",
-                          "conversation_id": "c-2002", "query_id": "m-3", "user_id": "alice"}),
+    (
+        "Alice in group 42",
+        {
+            "launcher_type": "group",
+            "launcher_id": "42",
+            "sender_id": "alice",
+            "conversation_id": "c-1001",
+            "query_id": "m-1",
+            "user_id": "alice",
+        },
+    ),
+    (
+        "Bob in group 42",
+        {
+            "launcher_type": "group",
+            "launcher_id": "42",
+            "sender_id": "bob",
+            "conversation_id": "c-1001",
+            "query_id": "m-2",
+            "user_id": "bob",
+        },
+    ),
+    (
+        "Alice in private",
+        {
+            "launcher_type": "person",
+            "launcher_id": "alice",
+            "sender_id": "alice",
+            "conversation_id": "c-2002",
+            "query_id": "m-3",
+            "user_id": "alice",
+        },
+    ),
 ]
 
 
@@ -42,16 +68,31 @@ def pipeline_edit(request: HttpRequest, slug: str | None = None) -> HttpResponse
     pipeline = _pipeline(slug) if slug else None
     form = PipelineForm(request.POST or None, instance=pipeline)
     if request.method == "POST" and form.is_valid():
-        saved = form.save()
-        messages.success(request, _("Pipeline %(slug)s saved.") % {"slug": saved.slug})
-        return redirect("pipeline", slug=saved.slug)
+        values = form.values()
+        try:
+            if pipeline is None:
+                saved = services.create_pipeline(Pipeline(**values), admin_actor(request))
+            else:
+                saved = services.update_pipeline(pipeline, admin_actor(request), values)
+        except BoxyardError as error:
+            form.add_error(None, error.message)
+        else:
+            messages.success(request, _("Pipeline %(slug)s saved.") % {"slug": saved.slug})
+            return redirect("pipeline", slug=saved.slug)
     context: dict[str, Any] = {"nav": "pipelines", "form": form, "pipeline": pipeline}
-    context.update(_preview(form["scope_template"].value() if form["scope_preset"].value() == CUSTOM
-                            else form["scope_preset"].value()))
+    context.update(
+        _preview(
+            form["scope_template"].value()
+            if form["scope_preset"].value() == CUSTOM
+            else form["scope_preset"].value()
+        )
+    )
     if pipeline is not None:
         context["tokens"] = pipeline.tokens.order_by("-created_at")
         context["skills"] = pipeline.skills.order_by("name")
         context["skill_form"] = SkillForm()
+        context["history"] = selectors.pipeline_history(pipeline)
+        context["live_sandboxes"] = selectors.live_sandbox_count(pipeline)
     return render(request, "pipelines/form.html", context)
 
 
@@ -86,7 +127,9 @@ def _preview(template: str | None) -> dict[str, Any]:
 @require_POST
 def token_create(request: HttpRequest, slug: str) -> HttpResponse:
     pipeline = _pipeline(slug)
-    row, plaintext = PipelineToken.issue(pipeline, name=request.POST.get("name", "")[:100])
+    row, plaintext = services.issue_token(
+        pipeline, admin_actor(request), request.POST.get("name", "")[:100]
+    )
     context = {"nav": "pipelines", "pipeline": pipeline, "token": row, "plaintext": plaintext}
     return render(request, "pipelines/token_created.html", context)
 
@@ -98,7 +141,7 @@ def token_revoke(request: HttpRequest, slug: str, token_id: int) -> HttpResponse
     token = pipeline.tokens.filter(pk=token_id).first()
     if token is None:
         raise Http404("no such token")
-    token.revoke()
+    services.revoke_token(token, admin_actor(request))
     messages.success(request, _("Token %(prefix)s… revoked.") % {"prefix": token.prefix})
     return redirect("pipeline", slug=pipeline.slug)
 
@@ -110,13 +153,15 @@ def skill_add(request: HttpRequest, slug: str) -> HttpResponse:
     form = SkillForm(request.POST, instance=Skill(pipeline=pipeline))
     if form.is_valid():
         try:
-            form.save()
-            messages.success(request, _("Skill %(name)s added.") % {"name": form.instance.name})
-        except IntegrityError:
-            messages.error(request, _("This pipeline already has a skill of that name."))
+            skill = services.add_skill(
+                Skill(pipeline=pipeline, **form.values()), admin_actor(request)
+            )
+            messages.success(request, _("Skill %(name)s added.") % {"name": skill.name})
+        except BoxyardError as error:
+            messages.error(request, error.message)
     else:
         for field, errors in form.errors.items():
-            messages.error(request, f"{field}: {' '.join(errors)}")
+            messages.error(request, f"{field}: {' '.join(map(str, errors))}")
     return redirect("pipeline", slug=pipeline.slug)
 
 
@@ -124,8 +169,32 @@ def skill_add(request: HttpRequest, slug: str) -> HttpResponse:
 @require_POST
 def skill_remove(request: HttpRequest, slug: str, skill_id: int) -> HttpResponse:
     pipeline = _pipeline(slug)
-    pipeline.skills.filter(pk=skill_id).delete()
+    skill = pipeline.skills.filter(pk=skill_id).first()
+    if skill is None:
+        raise Http404("no such skill")
+    services.remove_skill(skill, admin_actor(request))
+    messages.success(request, _("Skill %(name)s removed.") % {"name": skill.name})
     return redirect("pipeline", slug=pipeline.slug)
+
+
+@staff_required
+@require_POST
+def pipeline_delete(request: HttpRequest, slug: str) -> HttpResponse:
+    """Delete the pipeline; with its live sandboxes only when the admin ticked that."""
+    pipeline = _pipeline(slug)
+    try:
+        closed = services.delete_pipeline(
+            pipeline, admin_actor(request), close_sandboxes=request.POST.get("close") == "1"
+        )
+    except BoxyardError as error:
+        messages.error(request, error.message)
+        return redirect("pipeline", slug=pipeline.slug)
+    messages.success(
+        request,
+        _("Pipeline %(slug)s deleted (%(count)d sandboxes closed).")
+        % {"slug": slug, "count": closed},
+    )
+    return redirect("pipelines")
 
 
 def _pipeline(slug: str) -> Pipeline:

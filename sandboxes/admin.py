@@ -5,7 +5,7 @@ from django.contrib import admin
 from sandboxes.models import Event, Exec, Lease, Sandbox, ShellSession
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(admin.ModelAdmin[Any]):
     """Rows that only services may change: the admin shows them."""
 
     def has_add_permission(self, request: Any, obj: Any = None) -> bool:
@@ -20,7 +20,15 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 @admin.register(Sandbox)
 class SandboxAdmin(ReadOnlyAdmin):
-    list_display = ["id", "pipeline", "scope_key", "state", "stop_reason", "generation", "created_at"]
+    list_display = [
+        "id",
+        "pipeline",
+        "scope_key",
+        "state",
+        "stop_reason",
+        "generation",
+        "created_at",
+    ]
     list_filter = ["state", "pipeline"]
     search_fields = ["scope_key", "container_name", "id"]
 
@@ -32,7 +40,15 @@ class LeaseAdmin(ReadOnlyAdmin):
 
 @admin.register(Exec)
 class ExecAdmin(ReadOnlyAdmin):
-    list_display = ["started_at", "sandbox", "actor", "command", "state", "exit_code", "duration_ms"]
+    list_display = [
+        "started_at",
+        "sandbox",
+        "actor",
+        "command",
+        "state",
+        "exit_code",
+        "duration_ms",
+    ]
     list_filter = ["state"]
 
 

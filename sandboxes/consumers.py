@@ -10,8 +10,9 @@ import asyncio
 import json
 import time
 from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
@@ -20,12 +21,12 @@ from django.conf import settings
 from django.http import HttpRequest
 from django.middleware.csrf import get_token
 from django.template.loader import render_to_string
-from django.utils.html import escape
 from django.utils import translation
+from django.utils.html import escape
 
 from boxyard.actors import Actor
 from boxyard.errors import BoxyardError
-from boxyard.web import is_admin
+from boxyard.web import is_admin, parse_int
 from sandboxes import dashboard, live, metrics
 from sandboxes.charts import fleet_charts as charts_for
 from sandboxes.services import terminal as terminal_service
@@ -66,7 +67,9 @@ class DashboardConsumer(AsyncWebsocketConsumer):
         """A partial as the page renders it: in the admin's language, its forms carrying the
         admin's CSRF token."""
         with translation.override(self.language):
-            return render_to_string(template, {**context, "oob": True, "csrf_token": self.csrf_token})
+            return render_to_string(
+                template, {**context, "oob": True, "csrf_token": self.csrf_token}
+            )
 
     def joined_groups(self) -> list[str]:
         raise NotImplementedError
@@ -91,13 +94,18 @@ class FleetConsumer(DashboardConsumer):
         return [live.FLEET]
 
     def first_render(self) -> str:
-        query = {key: values[-1] for key, values in parse_qs(self.scope["query_string"].decode()).items()}
+        query = {
+            key: values[-1] for key, values in parse_qs(self.scope["query_string"].decode()).items()
+        }
         self.filter = dashboard.FleetFilter.from_query(query)
         rows = dashboard.fleet_rows(self.filter)
         self.shown = {str(row.pk) for row in rows}
         self.counters = self._counters()
-        return (self.render("sandboxes/_fleet_rows.html", {"rows": rows})
-                + self.render("sandboxes/_fleet_empty.html", {"rows": rows}) + self.counters)
+        return (
+            self.render("sandboxes/_fleet_rows.html", {"rows": rows})
+            + self.render("sandboxes/_fleet_empty.html", {"rows": rows})
+            + self.counters
+        )
 
     async def sandbox_changed(self, message: dict[str, Any]) -> None:
         sandbox_id = message["sandbox"]
@@ -112,7 +120,9 @@ class FleetConsumer(DashboardConsumer):
                 return
             self.shown.discard(sandbox_id)
             empty = "" if self.shown else change.empty
-            await self.send_html(f'<tr id="sandbox-{sandbox_id}" hx-swap-oob="delete"></tr>{empty}{counters}')
+            await self.send_html(
+                f'<tr id="sandbox-{sandbox_id}" hx-swap-oob="delete"></tr>{empty}{counters}'
+            )
             return
         if sandbox_id in self.shown:
             await self.send_html(change.row + counters)
@@ -120,13 +130,21 @@ class FleetConsumer(DashboardConsumer):
         self.shown.add(sandbox_id)
         inserted = change.row.replace(' hx-swap-oob="true"', "", 1)
         not_empty = change.not_empty if len(self.shown) == 1 else ""
-        await self.send_html(f'<tbody hx-swap-oob="afterbegin:#fleet-rows">{inserted}</tbody>{not_empty}{counters}')
+        await self.send_html(
+            f'<tbody hx-swap-oob="afterbegin:#fleet-rows">{inserted}</tbody>{not_empty}{counters}'
+        )
 
     def render_change_for_all(self, sandbox_id: str) -> "RenderedChange":
         sandbox = dashboard.fleet_row(sandbox_id)
-        row = self.render("sandboxes/_fleet_row.html", {"sandbox": sandbox}) if sandbox is not None else None
+        row = (
+            self.render("sandboxes/_fleet_row.html", {"sandbox": sandbox})
+            if sandbox is not None
+            else None
+        )
         return RenderedChange(
-            sandbox=sandbox, row=row, counters=self._counters(),
+            sandbox=sandbox,
+            row=row,
+            counters=self._counters(),
             empty=self.render("sandboxes/_fleet_empty.html", {"rows": []}),
             not_empty=self.render("sandboxes/_fleet_empty.html", {"rows": [sandbox]}),
         )
@@ -137,7 +155,9 @@ class FleetConsumer(DashboardConsumer):
         return counts + self._totals()
 
     async def fleet_sampled(self, message: dict[str, Any]) -> None:
-        await self.send_html(await _shared((message, self.language, self.filter.pipeline), self.render_charts))
+        await self.send_html(
+            await _shared((message, self.language, self.filter.pipeline), self.render_charts)
+        )
 
     def render_charts(self) -> str:
         """The charts, new with each fleet sample, and the totals."""
@@ -146,7 +166,9 @@ class FleetConsumer(DashboardConsumer):
         return self.render("sandboxes/_charts.html", {"charts": charts}) + self._totals()
 
     def _totals(self) -> str:
-        return self.render("sandboxes/_totals.html", {"totals": metrics.snapshot(write=False)["overall"]})
+        return self.render(
+            "sandboxes/_totals.html", {"totals": metrics.snapshot(write=False)["overall"]}
+        )
 
 
 @dataclass(frozen=True)
@@ -208,7 +230,9 @@ class SandboxConsumer(DashboardConsumer):
     def render_usage(self, reading: Any, previous: Any, workspace: Any = None) -> str:
         with translation.override(self.language):
             text = dashboard.usage_text(reading, previous, workspace)
-        return f'<p id="usage" class="usage" data-testid="usage" hx-swap-oob="true">{escape(text)}</p>'
+        return (
+            f'<p id="usage" class="usage" data-testid="usage" hx-swap-oob="true">{escape(text)}</p>'
+        )
 
     def joined_groups(self) -> list[str]:
         return [live.sandbox_group(self.scope["url_route"]["kwargs"]["sandbox_id"])]
@@ -223,11 +247,15 @@ class SandboxConsumer(DashboardConsumer):
         context = dashboard.sandbox_page(sandbox)
         return "".join(
             self.render(template, context)
-            for template in ("sandboxes/_sandbox_status.html", "sandboxes/_execs.html", "sandboxes/_events.html")
+            for template in (
+                "sandboxes/_sandbox_status.html",
+                "sandboxes/_execs.html",
+                "sandboxes/_events.html",
+            )
         )
 
 
-def _csrf_token(scope: dict[str, Any]) -> str:
+def _csrf_token(scope: Mapping[str, Any]) -> str:
     """A CSRF token for the forms in pushed partials, from the admin's CSRF cookie (masked, as
     a page gets it)."""
     secret = (scope.get("cookies") or {}).get(settings.CSRF_COOKIE_NAME, "")
@@ -238,14 +266,14 @@ def _csrf_token(scope: dict[str, Any]) -> str:
     return get_token(request)
 
 
-def _language(scope: dict[str, Any]) -> str:
+def _language(scope: Mapping[str, Any]) -> str:
     """The language the admin chose (its cookie), else the browser's, else the default."""
-    chosen = (scope.get("cookies") or {}).get(settings.LANGUAGE_COOKIE_NAME, "")
+    chosen: str = (scope.get("cookies") or {}).get(settings.LANGUAGE_COOKIE_NAME, "")
     supported = {code for code, _name in settings.LANGUAGES}
     if chosen in supported:
         return chosen
     headers = dict(scope.get("headers") or [])
-    accepted = headers.get(b"accept-language", b"").decode("latin-1")
+    accepted: str = headers.get(b"accept-language", b"").decode("latin-1")
     for part in accepted.split(","):
         code = part.split(";")[0].strip().lower()
         if code in supported:
@@ -268,7 +296,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
 
     async def connect(self) -> None:
         user = self.scope.get("user")
-        if not is_admin(user):
+        if user is None or not is_admin(user):
             await self.close(code=REFUSED)
             return
         self.actor = Actor("admin", user.get_username())
@@ -277,14 +305,21 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         self.transcript = bytearray()
         self.last_activity = 0.0
         await self.accept()
-        query = {key: values[-1] for key, values in parse_qs(self.scope["query_string"].decode()).items()}
+        query = {
+            key: values[-1] for key, values in parse_qs(self.scope["query_string"].decode()).items()
+        }
         sandbox = await database_sync_to_async(dashboard.fleet_row)(self.sandbox_id)
         if sandbox is None:
             await self.refuse("no such sandbox")
             return
         try:
-            self.terminal, self.record = await database_sync_to_async(terminal_service.open_terminal)(
-                sandbox, self.actor, cols=_int(query.get("cols")), rows=_int(query.get("rows"))
+            self.terminal, self.record = await database_sync_to_async(
+                terminal_service.open_terminal
+            )(
+                sandbox,
+                self.actor,
+                cols=parse_int(query.get("cols")),
+                rows=parse_int(query.get("rows")),
             )
         except BoxyardError as error:
             await self.refuse(error.message)
@@ -324,7 +359,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
             await asyncio.get_running_loop().sock_sendall(self.socket, message["data"].encode())
             await self.note_activity()
         elif message.get("type") == "resize":
-            cols, rows = _int(message.get("cols")), _int(message.get("rows"))
+            cols, rows = parse_int(message.get("cols")), parse_int(message.get("rows"))
             if cols and rows:
                 await asyncio.get_running_loop().run_in_executor(
                     None, self.terminal.resize, min(cols, 500), min(rows, 500)
@@ -345,10 +380,3 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         await database_sync_to_async(terminal_service.close_terminal)(
             self.record, terminal, bytes(self.transcript), self.actor
         )
-
-
-def _int(value: Any) -> int | None:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None

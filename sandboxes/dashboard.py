@@ -4,12 +4,12 @@ services."""
 
 from dataclasses import dataclass
 from typing import Any
+from uuid import UUID
 
 from django.db.models import Q, QuerySet
 from django.utils.translation import gettext as _
 
 from boxyard.errors import BoxyardError
-
 from sandboxes.models import Event, Exec, Sandbox, State
 from sandboxes.runtime import Usage, get_runtime
 from sandboxes.services.workspaces import WorkspaceUsage, workspace_usage
@@ -71,7 +71,7 @@ def fleet_rows(chosen: FleetFilter) -> list[Sandbox]:
     return list(chosen.apply(sandboxes)[:FLEET_LIMIT])
 
 
-def fleet_row(sandbox_id: object) -> Sandbox | None:
+def fleet_row(sandbox_id: UUID | str) -> Sandbox | None:
     return Sandbox.objects.select_related("pipeline", "lease").filter(pk=sandbox_id).first()
 
 
@@ -107,9 +107,11 @@ def running_background(sandbox: Sandbox) -> list[Exec]:
     )
 
 
-def usage_of(sandbox_id: object) -> Usage | None:
+def usage_of(sandbox_id: UUID | str) -> Usage | None:
     """The container's CPU and memory counters now, or None (not running, or no engine)."""
-    sandbox = Sandbox.objects.filter(pk=sandbox_id, state=State.RUNNING).only("container_id").first()
+    sandbox = (
+        Sandbox.objects.filter(pk=sandbox_id, state=State.RUNNING).only("container_id").first()
+    )
     if sandbox is None or not sandbox.container_id:
         return None
     try:
@@ -118,7 +120,7 @@ def usage_of(sandbox_id: object) -> Usage | None:
         return None
 
 
-def workspace_of(sandbox_id: object) -> WorkspaceUsage | None:
+def workspace_of(sandbox_id: UUID | str) -> WorkspaceUsage | None:
     """The workspace's size and use now, or None (not running)."""
     sandbox = Sandbox.objects.filter(pk=sandbox_id, state=State.RUNNING).first()
     return workspace_usage(sandbox) if sandbox is not None else None
@@ -127,18 +129,30 @@ def workspace_of(sandbox_id: object) -> WorkspaceUsage | None:
 def usage_text(
     reading: Usage | None, previous: Usage | None, workspace: WorkspaceUsage | None = None
 ) -> str:
-    """"CPU 3.2% · memory 12 MiB of 1024 MiB · workspace 3 MiB of 2048 MiB": the CPU share
+    """ "CPU 3.2% · memory 12 MiB of 1024 MiB · workspace 3 MiB of 2048 MiB": the CPU share
     between two readings."""
     if reading is None:
         return ""
-    parts = [_("memory %(used)s MiB of %(limit)s MiB") % {
-        "used": round(reading.memory_bytes / 2**20, 1), "limit": round(reading.memory_limit_bytes / 2**20),
-    }]
+    parts = [
+        _("memory %(used)s MiB of %(limit)s MiB")
+        % {
+            "used": round(reading.memory_bytes / 2**20, 1),
+            "limit": round(reading.memory_limit_bytes / 2**20),
+        }
+    ]
     if previous is not None and reading.system_ns > previous.system_ns:
         share = (reading.cpu_ns - previous.cpu_ns) / (reading.system_ns - previous.system_ns)
-        parts.insert(0, _("CPU %(percent)s%%") % {"percent": round(max(share, 0) * reading.online_cpus * 100, 1)})
+        parts.insert(
+            0,
+            _("CPU %(percent)s%%")
+            % {"percent": round(max(share, 0) * reading.online_cpus * 100, 1)},
+        )
     if workspace is not None and workspace.used_bytes is not None and workspace.limit_bytes:
-        parts.append(_("workspace %(used)s MiB of %(limit)s MiB") % {
-            "used": round(workspace.used_bytes / 2**20, 1), "limit": round(workspace.limit_bytes / 2**20),
-        })
+        parts.append(
+            _("workspace %(used)s MiB of %(limit)s MiB")
+            % {
+                "used": round(workspace.used_bytes / 2**20, 1),
+                "limit": round(workspace.limit_bytes / 2**20),
+            }
+        )
     return " · ".join(parts)

@@ -43,8 +43,12 @@ def serve_from(loop: asyncio.AbstractEventLoop) -> None:
 def changed(sandbox_id: object, pipeline_id: object = None) -> None:
     """Say that a sandbox changed, once the current transaction commits."""
     # The id lets every consumer of a process render one message once (see consumers).
-    message = {"type": "sandbox.changed", "sandbox": str(sandbox_id), "pipeline": pipeline_id,
-               "id": uuid.uuid4().hex}
+    message = {
+        "type": "sandbox.changed",
+        "sandbox": str(sandbox_id),
+        "pipeline": pipeline_id,
+        "id": uuid.uuid4().hex,
+    }
     transaction.on_commit(lambda: _send([FLEET, sandbox_group(sandbox_id)], message), robust=True)
 
 

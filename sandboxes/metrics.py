@@ -27,14 +27,35 @@ FLUSH_SECONDS = 5.0
 # counts are then written when they are read (`snapshot`).
 BACKGROUND_FLUSH = True
 # Exec durations: the upper bounds (seconds) of the histogram's buckets.
-DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+DURATION_BUCKETS = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    300.0,
+)
 
 # name: (type, help). Counter names end in _total; the histogram has _bucket, _sum and _count.
 METRICS: dict[str, tuple[str, str]] = {
-    "boxyard_sandboxes_created_total": ("counter", "Sandboxes created (cold or for the warm pool)."),
+    "boxyard_sandboxes_created_total": (
+        "counter",
+        "Sandboxes created (cold or for the warm pool).",
+    ),
     "boxyard_sandboxes_reused_total": ("counter", "Opens that found their scope key's sandbox."),
     "boxyard_sandboxes_cleaned_total": ("counter", "Sandboxes stopped or destroyed, by reason."),
-    "boxyard_health_check_failures_total": ("counter", "Sandboxes that failed the check before reuse."),
+    "boxyard_health_check_failures_total": (
+        "counter",
+        "Sandboxes that failed the check before reuse.",
+    ),
     "boxyard_pool_hits_total": ("counter", "Opens of a new scope key served by the warm pool."),
     "boxyard_pool_misses_total": ("counter", "Opens of a new scope key that found the pool empty."),
     "boxyard_execs_total": ("counter", "Commands run, by how they ended."),
@@ -79,7 +100,7 @@ def flush() -> None:
     for (name, pipeline, label), amount in batch.items():
         try:
             _add(name, pipeline, label, amount)
-        except Exception:  # noqa: BLE001 - counts must not break whoever flushes them
+        except Exception:
             log.exception("could not write metric %s", name)
             with _lock:
                 _pending[(name, pipeline, label)] += amount
@@ -115,7 +136,7 @@ def _flush_forever() -> None:
         try:
             close_old_connections()
             flush()
-        except Exception:  # noqa: BLE001 - the flusher outlives a database that is away
+        except Exception:
             log.exception("writing the metrics failed; they are kept for the next try")
 
 
@@ -153,9 +174,9 @@ def snapshot(pipeline: Pipeline | None = None, *, write: bool = True) -> dict[st
         for (name, slug, label), value in unwritten:
             if pipeline is None or slug == pipeline.slug:
                 _put(per[slug], name, label, value)
-    for slug, state, pooled, number in (
-        sandboxes.values_list("pipeline__slug", "state", "pooled").annotate(n=Count("pk"))
-    ):
+    for slug, state, pooled, number in sandboxes.values_list(
+        "pipeline__slug", "state", "pooled"
+    ).annotate(n=Count("pk")):
         entry = per[slug]
         entry["sandboxes"][state] = entry["sandboxes"].get(state, 0) + number
         if pooled and state == State.RUNNING:
@@ -168,8 +189,15 @@ def snapshot(pipeline: Pipeline | None = None, *, write: bool = True) -> dict[st
 
 def _empty() -> dict[str, Any]:
     return {
-        "sandboxes": {}, "pool_ready": 0, "created": 0, "reused": 0, "cleaned": {},
-        "health_check_failures": 0, "pool_hits": 0, "pool_misses": 0, "execs": {},
+        "sandboxes": {},
+        "pool_ready": 0,
+        "created": 0,
+        "reused": 0,
+        "cleaned": {},
+        "health_check_failures": 0,
+        "pool_hits": 0,
+        "pool_misses": 0,
+        "execs": {},
         "exec_duration": {"count": 0, "sum_seconds": 0.0, "buckets": {}},
     }
 
@@ -244,8 +272,16 @@ def prometheus_text() -> str:
         cumulative = 0
         for bound in DURATION_BUCKETS:
             cumulative += duration["buckets"].get(_bound(bound), 0)
-            sample("boxyard_exec_duration_seconds_bucket", {"pipeline": slug, "le": _bound(bound)}, cumulative)
-        sample("boxyard_exec_duration_seconds_bucket", {"pipeline": slug, "le": "+Inf"}, duration["count"])
+            sample(
+                "boxyard_exec_duration_seconds_bucket",
+                {"pipeline": slug, "le": _bound(bound)},
+                cumulative,
+            )
+        sample(
+            "boxyard_exec_duration_seconds_bucket",
+            {"pipeline": slug, "le": "+Inf"},
+            duration["count"],
+        )
         sample("boxyard_exec_duration_seconds_sum", {"pipeline": slug}, duration["sum_seconds"])
         sample("boxyard_exec_duration_seconds_count", {"pipeline": slug}, duration["count"])
     return "\n".join(lines) + "\n"

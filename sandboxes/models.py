@@ -1,6 +1,6 @@
 import uuid
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 from django.db import models
 from django.db.models import Q
@@ -88,7 +88,8 @@ class Sandbox(models.Model):
         max_length=64, blank=True, help_text="Digest of the agent in its container; empty: none."
     )
     workspace_limit_bytes = models.BigIntegerField(
-        null=True, blank=True,
+        null=True,
+        blank=True,
         help_text="The size of the workspace's disk; empty: a workspace made before workspaces "
         "had disks, on which no limit is enforced.",
     )
@@ -148,11 +149,15 @@ class Sandbox(models.Model):
         skipped when this copy of the row says it was stamped less than
         `ACTIVITY_GRANULARITY` ago, unless `force`."""
         now = timezone.now()
-        recent = self.last_activity_at is not None and now - self.last_activity_at < ACTIVITY_GRANULARITY
+        recent = (
+            self.last_activity_at is not None and now - self.last_activity_at < ACTIVITY_GRANULARITY
+        )
         if recent and not force:
             return
         idle = timedelta(seconds=self.pipeline.idle_timeout_seconds)
-        Sandbox.objects.filter(pk=self.pk).update(last_activity_at=Now(), idle_deadline=Now() + idle)
+        Sandbox.objects.filter(pk=self.pk).update(
+            last_activity_at=Now(), idle_deadline=Now() + idle
+        )
         self.last_activity_at = now
         self.idle_deadline = now + idle
 
@@ -294,7 +299,8 @@ class Event(models.Model):
         return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.actor} {self.action}"
 
     def save(self, *args: Any, **kwargs: Any) -> None:
-        if self.pk is not None:
+        # django-stubs types an AutoField's pk as int: it is None until the row is saved.
+        if cast("int | None", self.pk) is not None:
             raise TypeError("events are append-only")
         super().save(*args, **kwargs)
 
@@ -333,7 +339,9 @@ class MetricTotal(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["name", "pipeline", "label"], name="one_total_per_series")
+            models.UniqueConstraint(
+                fields=["name", "pipeline", "label"], name="one_total_per_series"
+            )
         ]
 
     def __str__(self) -> str:

@@ -1,9 +1,17 @@
-from django.urls import path
+from collections.abc import Awaitable, Callable
+
+from django.urls import URLPattern, path
 
 from sandboxes import consumers
 
+
+def _consumer(route: str, application: Callable[..., Awaitable[None]]) -> URLPattern:
+    """`path` for a consumer, as channels routes them."""
+    return path(route, application)  # type: ignore[arg-type]  # django-stubs' path() takes views
+
+
 websocket_urlpatterns = [
-    path("ws/fleet/", consumers.FleetConsumer.as_asgi()),
-    path("ws/sandboxes/<uuid:sandbox_id>/", consumers.SandboxConsumer.as_asgi()),
-    path("ws/sandboxes/<uuid:sandbox_id>/terminal/", consumers.TerminalConsumer.as_asgi()),
+    _consumer("ws/fleet/", consumers.FleetConsumer.as_asgi()),
+    _consumer("ws/sandboxes/<uuid:sandbox_id>/", consumers.SandboxConsumer.as_asgi()),
+    _consumer("ws/sandboxes/<uuid:sandbox_id>/terminal/", consumers.TerminalConsumer.as_asgi()),
 ]

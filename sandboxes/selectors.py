@@ -20,6 +20,7 @@ __all__ = [
     "sandboxes_for",
 ]
 
+
 def _parse_id(value: object, what: str) -> UUID:
     try:
         return value if isinstance(value, UUID) else UUID(str(value))
@@ -42,7 +43,10 @@ def sandbox_for(principal: Principal, sandbox_id: object) -> Sandbox:
 
 
 def sandboxes_for(
-    principal: Principal, *, status: str | None = None, scope_key: str | None = None,
+    principal: Principal,
+    *,
+    status: str | None = None,
+    scope_key: str | None = None,
     limit: int = 200,
 ) -> list[Sandbox]:
     queryset = Sandbox.objects.select_related("pipeline", "lease")

@@ -16,10 +16,10 @@ from celery import shared_task
 from celery.signals import worker_ready, worker_shutdown
 from django.conf import settings
 
-from boxyard.actors import SYSTEM
+from boxyard.actors import SYSTEM, Actor
 from boxyard.errors import RuntimeUnavailable
+from sandboxes.images import ensure_image
 from sandboxes.models import Sandbox, State, StopReason
-from sandboxes.runtime.images import ensure_image
 from sandboxes.services import close_sandbox
 from sandboxes.services.jobs import run_exclusive
 from sandboxes.services.opening import boot as boot_sandbox
@@ -40,21 +40,31 @@ _RETRY_ENGINE: dict[str, Any] = {
 }
 
 
-@shared_task(name="sandboxes.boot", acks_late=True, soft_time_limit=600, time_limit=660, **_RETRY_ENGINE)
+@shared_task(
+    name="sandboxes.boot", acks_late=True, soft_time_limit=600, time_limit=660, **_RETRY_ENGINE
+)
 def boot(sandbox_id: str, generation: int) -> str | None:
     """Make the container of a sandbox opened in the background (state creating)."""
     sandbox = boot_sandbox(sandbox_id, generation, ready_agent=settings.BOXYARD_EMBEDDED_WORKER)
     return sandbox.state if sandbox is not None else None
 
 
-@shared_task(name="sandboxes.destroy", acks_late=True, soft_time_limit=300, time_limit=330, **_RETRY_ENGINE)
-def destroy(sandbox_id: str, delete_workspace: bool = True, reason: str = StopReason.ADMIN) -> str | None:
-    """Stop or destroy a sandbox in the background (the dashboard's destroy, bulk or not)."""
-    sandbox = Sandbox.objects.filter(pk=sandbox_id).first()
+@shared_task(
+    name="sandboxes.destroy", acks_late=True, soft_time_limit=300, time_limit=330, **_RETRY_ENGINE
+)
+def destroy(
+    sandbox_id: str,
+    delete_workspace: bool = True,
+    reason: str = StopReason.ADMIN,
+    actor: str = str(SYSTEM),
+) -> str | None:
+    """Stop or destroy a sandbox in the background, as `actor` asked (the dashboard's bulk
+    destroy: the admin who chose them)."""
+    sandbox = Sandbox.objects.select_related("pipeline").filter(pk=sandbox_id).first()
     if sandbox is None or sandbox.state == State.DESTROYED:
         return None
     return close_sandbox(
-        sandbox, SYSTEM, delete_workspace=delete_workspace, reason=reason, force=True
+        sandbox, Actor.parse(actor), delete_workspace=delete_workspace, reason=reason, force=True
     ).state
 
 

@@ -13,19 +13,18 @@ from uuid import UUID
 
 from django.conf import settings
 from django.contrib import messages
-from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 
-from boxyard.errors import BoxyardError
+from boxyard.errors import BoxyardError, NotFound, problem
 from boxyard.threads import in_pool
-from boxyard.web import admin_actor, staff_required
+from boxyard.web import admin_actor, parse_int, staff_required
 from pipelines.models import Pipeline
-from sandboxes import dashboard, metrics, services
+from sandboxes import dashboard, metrics, selectors, services
 from sandboxes.charts import fleet_charts
 from sandboxes.models import Sandbox, State, StopReason
-from sandboxes.services.background import DESTROY, later
 
 
 @staff_required
@@ -42,7 +41,7 @@ def fleet(request: HttpRequest) -> HttpResponse:
         "pipelines": Pipeline.objects.order_by("slug").values_list("slug", flat=True),
         "states": [state for state in State if state != State.DESTROYED],
     }
-    if request.htmx:  # type: ignore[attr-defined]
+    if request.htmx:  # type: ignore[attr-defined]  # set by django-htmx's middleware
         return render(request, "sandboxes/_fleet_rows.html", context)
     return render(request, "sandboxes/fleet.html", context)
 
@@ -50,12 +49,12 @@ def fleet(request: HttpRequest) -> HttpResponse:
 @staff_required
 @require_POST
 def destroy_many(request: HttpRequest) -> HttpResponse:
-    """Bulk destroy: each sandbox is destroyed by a worker; the rows change as they go."""
-    chosen = [_uuid(value) for value in request.POST.getlist("sandbox")]
-    found = Sandbox.objects.filter(pk__in=[pk for pk in chosen if pk]).exclude(state=State.DESTROYED)
-    for sandbox_id in found.values_list("pk", flat=True):
-        later(DESTROY, str(sandbox_id), True, StopReason.ADMIN)
-    count = found.count()
+    """Bulk destroy: each sandbox is destroyed by a worker, as this admin; the rows change as
+    they go."""
+    chosen = [pk for pk in map(_uuid, request.POST.getlist("sandbox")) if pk is not None]
+    count = services.close_later(
+        chosen, admin_actor(request), delete_workspace=True, reason=StopReason.ADMIN
+    )
     messages.info(request, _("%(count)d sandboxes are being destroyed.") % {"count": count})
     return redirect(request.POST.get("next") or "fleet")
 
@@ -63,7 +62,7 @@ def destroy_many(request: HttpRequest) -> HttpResponse:
 @staff_required
 @require_GET
 def sandbox_detail(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
-    sandbox = _sandbox(sandbox_id)
+    sandbox = _sandbox(request, sandbox_id)
     context = {"nav": "fleet", **dashboard.sandbox_page(sandbox)}
     return render(request, "sandboxes/sandbox.html", context)
 
@@ -77,7 +76,7 @@ def sandbox_action(request: HttpRequest, sandbox_id: UUID, action: str) -> HttpR
     """Take over, release, renew, restart, reset, stop or destroy, as this admin."""
     if action not in _ACTIONS:
         raise Http404(f"no action {action}")
-    sandbox = _sandbox(sandbox_id)
+    sandbox = _sandbox(request, sandbox_id)
     actor = admin_actor(request)
     try:
         if action == "takeover":
@@ -97,7 +96,11 @@ def sandbox_action(request: HttpRequest, sandbox_id: UUID, action: str) -> HttpR
             )
         else:
             services.close_sandbox(
-                sandbox, actor, delete_workspace=action == "destroy", reason=StopReason.ADMIN, force=True
+                sandbox,
+                actor,
+                delete_workspace=action == "destroy",
+                reason=StopReason.ADMIN,
+                force=True,
             )
     except BoxyardError as error:
         messages.error(request, error.message)
@@ -109,14 +112,23 @@ def sandbox_action(request: HttpRequest, sandbox_id: UUID, action: str) -> HttpR
 def sessions(request: HttpRequest) -> HttpResponse:
     text = (request.GET.get("q") or "").strip()[:200]
     found = list(dashboard.find_sessions(text)[:100])
-    return render(request, "sandboxes/sessions.html", {"nav": "sessions", "q": text, "found": found})
+    return render(
+        request, "sandboxes/sessions.html", {"nav": "sessions", "q": text, "found": found}
+    )
 
 
-def _sandbox(sandbox_id: object) -> Sandbox:
-    sandbox = Sandbox.objects.select_related("pipeline", "lease").filter(pk=sandbox_id).first()
-    if sandbox is None:
-        raise Http404("no such sandbox")
-    return sandbox
+def _sandbox(request: HttpRequest, sandbox_id: object) -> Sandbox:
+    """The sandbox, through the one permission-checked fetch (an admin sees every one)."""
+    try:
+        return selectors.sandbox_for(_admin(request), sandbox_id)
+    except NotFound:
+        raise Http404("no such sandbox") from None
+
+
+def _admin(request: HttpRequest) -> selectors.Principal:
+    who = selectors.principal_for_user(request.user)
+    assert who is not None  # staff_required let only an admin in
+    return who
 
 
 def _uuid(value: str) -> UUID | None:
@@ -134,11 +146,16 @@ def prometheus_metrics(request: HttpRequest) -> HttpResponse:
     """Every metric in Prometheus's text format, for a scraper holding `BOXYARD_METRICS_TOKEN`
     (`Authorization: Bearer ...`) or a logged-in admin; nobody else."""
     if not _may_scrape(request):
-        response = HttpResponse("a metrics token or an admin session is required\n", status=401,
-                                content_type="text/plain")
+        response = HttpResponse(
+            "a metrics token or an admin session is required\n",
+            status=401,
+            content_type="text/plain",
+        )
         response["WWW-Authenticate"] = "Bearer"
         return response
-    return HttpResponse(metrics.prometheus_text(), content_type="text/plain; version=0.0.4; charset=utf-8")
+    return HttpResponse(
+        metrics.prometheus_text(), content_type="text/plain; version=0.0.4; charset=utf-8"
+    )
 
 
 def _may_scrape(request: HttpRequest) -> bool:
@@ -147,8 +164,10 @@ def _may_scrape(request: HttpRequest) -> bool:
         return True
     expected = settings.BOXYARD_METRICS_TOKEN
     scheme, _space, given = request.headers.get("Authorization", "").partition(" ")
-    return bool(expected) and scheme.lower() == "bearer" and secrets.compare_digest(
-        given.strip().encode(), expected.encode()
+    return (
+        bool(expected)
+        and scheme.lower() == "bearer"
+        and secrets.compare_digest(given.strip().encode(), expected.encode())
     )
 
 
@@ -159,11 +178,11 @@ def _may_scrape(request: HttpRequest) -> bool:
 @require_GET
 def files(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
     """A directory of the workspace (the partial the file browser swaps in), or a text file."""
-    sandbox = _sandbox(sandbox_id)
+    sandbox = _sandbox(request, sandbox_id)
     path = request.GET.get("path") or "/workspace"
     context: dict[str, Any] = {"sandbox": sandbox, "path": path, "parent": "/workspace"}
     try:
-        path = context["path"] = services.files.workspace_path(path)
+        path = context["path"] = services.workspace_path(path)
         context["parent"] = posixpath.dirname(path)
         if request.GET.get("view"):
             content = services.read_file(sandbox, path, 256 * 1024)
@@ -181,14 +200,14 @@ def files(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
 
 @staff_required
 @require_GET
-def download(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
-    sandbox = _sandbox(sandbox_id)
+def download(request: HttpRequest, sandbox_id: UUID) -> HttpResponseBase:
+    sandbox = _sandbox(request, sandbox_id)
     try:
-        path = services.files.workspace_path(request.GET.get("path") or "")
+        path = services.workspace_path(request.GET.get("path") or "")
         size, chunks = services.open_file_stream(sandbox, path)
     except BoxyardError as error:
         context = {"nav": "fleet", "sandbox": sandbox, "error": error.message}
-        return render(request, "sandboxes/file_error.html", context, status=error.status)
+        return render(request, "sandboxes/file_error.html", context, status=problem(error).status)
     response = StreamingHttpResponse(_pulled(chunks), content_type="application/octet-stream")
     response["Content-Length"] = str(size)
     response["Content-Disposition"] = f'attachment; filename="{_ascii_name(path)}"'
@@ -200,17 +219,20 @@ def download(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
 def upload(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
     """Write an uploaded file into the directory shown, as the admin (who must hold the lease:
     the bot's lease refuses it, as it refuses any other writer)."""
-    sandbox = _sandbox(sandbox_id)
+    sandbox = _sandbox(request, sandbox_id)
     upload_file = request.FILES.get("file")
-    if upload_file is None:
+    if upload_file is None or not upload_file.name:  # (Django keeps no file without a name)
         messages.error(request, _("Choose a file to upload."))
         return redirect("sandbox", sandbox_id=sandbox.pk)
     actor = admin_actor(request)
     try:
-        directory = services.files.workspace_path(request.POST.get("path") or "/workspace")
+        directory = services.workspace_path(request.POST.get("path") or "/workspace")
         services.write_file(
-            sandbox, posixpath.join(directory, posixpath.basename(upload_file.name)),
-            b"".join(upload_file.chunks()), actor, holder=str(actor),
+            sandbox,
+            posixpath.join(directory, posixpath.basename(upload_file.name)),
+            b"".join(upload_file.chunks()),
+            actor,
+            holder=str(actor),
         )
         messages.success(request, _("%(name)s uploaded.") % {"name": upload_file.name})
     except BoxyardError as error:
@@ -221,10 +243,12 @@ def upload(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
 @staff_required
 @require_POST
 def delete(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
-    sandbox = _sandbox(sandbox_id)
+    sandbox = _sandbox(request, sandbox_id)
     actor = admin_actor(request)
     try:
-        services.delete_file(sandbox, request.POST.get("path") or "", actor, recursive=True, holder=str(actor))
+        services.delete_file(
+            sandbox, request.POST.get("path") or "", actor, recursive=True, holder=str(actor)
+        )
     except BoxyardError as error:
         messages.error(request, error.message)
     return redirect("sandbox", sandbox_id=sandbox.pk)
@@ -239,7 +263,9 @@ async def _pulled(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
 
 def _ascii_name(path: str) -> str:
     name = posixpath.basename(path) or "download"
-    return "".join(ch if ch.isascii() and ch.isprintable() and ch not in '"\\' else "_" for ch in name)
+    return "".join(
+        ch if ch.isascii() and ch.isprintable() and ch not in '"\\' else "_" for ch in name
+    )
 
 
 # --- processes, logs and the admin's own commands -----------------------------------------------
@@ -249,8 +275,11 @@ def _ascii_name(path: str) -> str:
 @require_GET
 def processes(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
     """The pipeline's managed processes and the background commands running in the sandbox."""
-    sandbox = _sandbox(sandbox_id)
-    context: dict[str, Any] = {"sandbox": sandbox, "background": dashboard.running_background(sandbox)}
+    sandbox = _sandbox(request, sandbox_id)
+    context: dict[str, Any] = {
+        "sandbox": sandbox,
+        "background": dashboard.running_background(sandbox),
+    }
     try:
         context["processes"] = services.list_processes(sandbox)
     except BoxyardError as error:
@@ -263,8 +292,8 @@ def processes(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
 def log(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
     """New output of a managed process (`process`) or a background command (`exec`) after
     `since`, appended to the log on the page; the poller comes back with the next position."""
-    sandbox = _sandbox(sandbox_id)
-    since = _int(request.GET.get("since"))
+    sandbox = _sandbox(request, sandbox_id)
+    since = max(0, parse_int(request.GET.get("since")) or 0)
     process, exec_id = request.GET.get("process", ""), request.GET.get("exec", "")
     running = False
     try:
@@ -272,15 +301,20 @@ def log(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
             output = services.read_output(sandbox, process, since_seq=since)
             chunks, running = output["chunks"], output["running"]
         else:
-            record = selectors_exec(sandbox, exec_id)
+            record = selectors.exec_for(_admin(request), sandbox, exec_id)
             chunks, record = services.exec_output(record, since)
             running = record.state == "running"
     except BoxyardError as error:
         chunks = [{"seq": since, "stream": "stderr", "text": f"[{error.message}]\n"}]
     last = max([since, *(int(chunk["seq"]) for chunk in chunks)])
     context = {
-        "sandbox": sandbox, "chunks": chunks, "since": last, "running": running,
-        "process": process, "exec_id": exec_id, "first": request.GET.get("first") == "1",
+        "sandbox": sandbox,
+        "chunks": chunks,
+        "since": last,
+        "running": running,
+        "process": process,
+        "exec_id": exec_id,
+        "first": request.GET.get("first") == "1",
     }
     return render(request, "sandboxes/_log.html", context)
 
@@ -289,7 +323,7 @@ def log(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
 @require_POST
 def run_command(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
     """A command run by the admin, who must hold the lease; it joins the history as theirs."""
-    sandbox = _sandbox(sandbox_id)
+    sandbox = _sandbox(request, sandbox_id)
     actor = admin_actor(request)
     try:
         exec_request = services.clean_request(sandbox, cmd=request.POST.get("cmd", ""))
@@ -298,17 +332,3 @@ def run_command(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
     except BoxyardError as error:
         messages.error(request, error.message)
     return redirect("sandbox", sandbox_id=sandbox.pk)
-
-
-def selectors_exec(sandbox: Sandbox, exec_id: str) -> Any:
-    record = sandbox.execs.filter(pk=_uuid(exec_id)).select_related("sandbox__pipeline").first()
-    if record is None:
-        raise Http404("no such command")
-    return record
-
-
-def _int(value: object) -> int:
-    try:
-        return max(0, int(value))  # type: ignore[call-overload]
-    except (TypeError, ValueError):
-        return 0

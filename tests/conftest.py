@@ -39,18 +39,17 @@ def _static_files_without_collectstatic() -> None:
 
 
 @pytest.fixture(autouse=True)
-def _metrics_in_the_test() -> Iterator[None]:
+def _metrics_in_the_test() -> None:
     """Counts are written when read, inside the test's own transaction, and start at zero."""
     metrics.BACKGROUND_FLUSH = False
     with metrics._lock:
         metrics._pending.clear()
-    yield
 
 
 @pytest.fixture(scope="session")
 def engine() -> Any:
     """The real engine, with the test image built if missing. Fails loudly if unreachable."""
-    from sandboxes.runtime.images import ensure_image
+    from sandboxes.images import ensure_image
 
     runtime = get_runtime()
     runtime.ping()

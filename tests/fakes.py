@@ -1,7 +1,10 @@
 """A fake container runtime for pure-logic tests (leases, scope, quotas).
 
 Behaviour (isolation, limits, exec, files) is proven against the real engine elsewhere;
-this fake only records what was asked and answers like an engine that always works.
+this fake only records what was asked and answers like an engine that always works. It
+keeps the runtime's contract (`sandboxes.runtime.Runtime`): containers and volumes carry the
+labels they were made with, and every listing and event stream gives only those that carry
+all the labels asked for; removing what is gone already is no error.
 """
 
 import itertools
@@ -29,7 +32,7 @@ _ids = itertools.count(1)
 @dataclass
 class FakeRuntime:
     containers: dict[str, ContainerInfo] = field(default_factory=dict)
-    volumes: set[str] = field(default_factory=set)
+    volumes: dict[str, dict[str, str]] = field(default_factory=dict)  # name -> its labels
     execs: list[list[str]] = field(default_factory=list)
     happened: list[ContainerEvent] = field(default_factory=list)
     _news: threading.Condition = field(default_factory=threading.Condition)
@@ -51,14 +54,14 @@ class FakeRuntime:
 
     def ensure_workspace(self, name: str, labels: dict[str, str], size_mb: int) -> WorkspaceInfo:
         created = name not in self.volumes
-        self.volumes.add(name)
+        self.volumes.setdefault(name, dict(labels))
         return WorkspaceInfo(name=name, limit_bytes=size_mb * 1024 * 1024, created=created)
 
     def remove_volume(self, name: str) -> None:
-        self.volumes.discard(name)
+        self.volumes.pop(name, None)
 
     def list_volumes(self, labels: dict[str, str]) -> list[str]:
-        return sorted(self.volumes)
+        return sorted(name for name, carried in self.volumes.items() if _carries(carried, labels))
 
     def remove_workspace(self, name: str) -> None:
         self.remove_volume(name)
@@ -72,7 +75,9 @@ class FakeRuntime:
     def ensure_container(self, spec: ContainerSpec) -> ContainerInfo:
         if spec.name not in self.containers:
             self.containers[spec.name] = ContainerInfo(
-                id=f"fake{next(_ids):060d}", name=spec.name, status="running",
+                id=f"fake{next(_ids):060d}",
+                name=spec.name,
+                status="running",
                 # No agent runs in a fake container: its execs take the one-shot path.
                 labels={k: v for k, v in spec.labels.items() if k != LABEL_AGENT},
             )
@@ -89,7 +94,7 @@ class FakeRuntime:
         return None
 
     def list_containers(self, labels: dict[str, str]) -> list[ContainerInfo]:
-        return list(self.containers.values())
+        return [info for info in self.containers.values() if _carries(info.labels, labels)]
 
     def stop_container(self, name_or_id: str, timeout: int = 5) -> None:
         pass
@@ -113,10 +118,16 @@ class FakeRuntime:
 
     def _happen(self, info: ContainerInfo, action: str, exit_code: int | None = None) -> None:
         with self._news:
-            self.happened.append(ContainerEvent(
-                container_id=info.id, name=info.name, action=action, labels=dict(info.labels),
-                time=time.time(), exit_code=exit_code,
-            ))
+            self.happened.append(
+                ContainerEvent(
+                    container_id=info.id,
+                    name=info.name,
+                    action=action,
+                    labels=dict(info.labels),
+                    time=time.time(),
+                    exit_code=exit_code,
+                )
+            )
             self._news.notify_all()
 
     def exec(self, container: str, argv: list[str], **kwargs: object) -> ExecResult:
@@ -150,10 +161,16 @@ class FakeEvents:
                     return
                 news, given = self._fake.happened[given:], len(self._fake.happened)
             for event in news:
-                if event.time >= self._since and self._labels.items() <= event.labels.items():
+                if event.time >= self._since and _carries(event.labels, self._labels):
                     yield event
 
     def close(self) -> None:
         with self._fake._news:
             self._closed = True
             self._fake._news.notify_all()
+
+
+def _carries(labels: dict[str, str], wanted: dict[str, str]) -> bool:
+    """Whether an object with `labels` matches a filter on `wanted` (all of them, as the
+    engine's label filters do)."""
+    return wanted.items() <= labels.items()

@@ -19,11 +19,17 @@ from pipelines.models import PipelineToken
 from sandboxes import services
 from tests.conftest import CHAT
 
-pytestmark = pytest.mark.django_db(transaction=True)  # the pool's threads have their own connections
+pytestmark = pytest.mark.django_db(
+    transaction=True
+)  # the pool's threads have their own connections
 
 
 async def call(
-    method: str, path: str, *, headers: dict[str, str] | None = None, body: Any = None,
+    method: str,
+    path: str,
+    *,
+    headers: dict[str, str] | None = None,
+    body: Any = None,
     query: str = "",
 ) -> tuple[int, dict[str, str], bytes]:
     """One request to the ASGI application: (status, headers, body)."""
@@ -34,9 +40,17 @@ async def call(
     if body is not None:
         sent.append((b"content-type", b"application/json"))
     scope = {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
-        "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": "",
-        "query_string": query.encode(), "headers": sent, "client": ("127.0.0.1", 40000),
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": query.encode(),
+        "headers": sent,
+        "client": ("127.0.0.1", 40000),
         "server": ("testserver", 80),
     }
     delivered = asyncio.Event()
@@ -86,9 +100,13 @@ def test_an_unknown_host_is_refused(settings: Any) -> None:
 
 
 def test_the_bot_api_authenticates_tokens(_hosts: None, token: str) -> None:
-    ok, _, body = asyncio.run(call("GET", "/api/v1/sandboxes", headers={"Authorization": f"Bearer {token}"}))
+    ok, _, body = asyncio.run(
+        call("GET", "/api/v1/sandboxes", headers={"Authorization": f"Bearer {token}"})
+    )
     assert ok == 200 and json.loads(body) == {"sandboxes": []}
-    refused, headers, body = asyncio.run(call("GET", "/api/v1/sandboxes", headers={"Authorization": "Bearer nope"}))
+    refused, headers, body = asyncio.run(
+        call("GET", "/api/v1/sandboxes", headers={"Authorization": "Bearer nope"})
+    )
     assert refused == 401 and headers["www-authenticate"] == "Bearer"
     assert json.loads(body)["error"]["code"] == "unauthorized"
 
@@ -102,15 +120,21 @@ def test_an_admin_session_needs_its_csrf_token_to_change_anything(
     cookie = f"sessionid={browser.cookies['sessionid'].value}"
     listed, _, _ = asyncio.run(call("GET", "/api/v1/sandboxes", headers={"Cookie": cookie}))
     assert listed == 200
-    forged, _, body = asyncio.run(call(
-        "POST", "/api/v1/sandboxes/open", headers={"Cookie": cookie},
-        body={"pipeline": pipeline.slug, "variables": CHAT},
-    ))
+    forged, _, body = asyncio.run(
+        call(
+            "POST",
+            "/api/v1/sandboxes/open",
+            headers={"Cookie": cookie},
+            body={"pipeline": pipeline.slug, "variables": CHAT},
+        )
+    )
     assert forged == 403, body
 
 
 @pytest.mark.docker
-def test_slow_requests_run_side_by_side(_hosts: None, pipeline: Any, token: str, bot: Any, docker_engine: Any) -> None:
+def test_slow_requests_run_side_by_side(
+    _hosts: None, pipeline: Any, token: str, bot: Any, docker_engine: Any
+) -> None:
     """Four one-second commands in four sessions end together, and a quick call made
     meanwhile is not held up behind them."""
     sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
@@ -122,7 +146,9 @@ def test_slow_requests_run_side_by_side(_hosts: None, pipeline: Any, token: str,
     async def scenario() -> tuple[float, float, list[int]]:
         started = time.monotonic()
         sleeps = [
-            asyncio.ensure_future(call("POST", f"{base}/exec", headers=auth, body={"cmd": "sleep 1", "session": name}))
+            asyncio.ensure_future(
+                call("POST", f"{base}/exec", headers=auth, body={"cmd": "sleep 1", "session": name})
+            )
             for name in ("s1", "s2", "s3", "s4")
         ]
         await asyncio.sleep(0.3)
@@ -145,15 +171,23 @@ def test_server_sent_events_leave_as_the_output_comes(
     sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
     auth = {"Authorization": f"Bearer {token}"}
     base = f"/api/v1/sandboxes/{sandbox.pk}"
-    _, _, body = asyncio.run(call(
-        "POST", f"{base}/exec", headers=auth,
-        body={"cmd": "for i in 1 2 3; do echo tick$i; sleep 0.4; done", "background": True},
-    ))
+    _, _, body = asyncio.run(
+        call(
+            "POST",
+            f"{base}/exec",
+            headers=auth,
+            body={"cmd": "for i in 1 2 3; do echo tick$i; sleep 0.4; done", "background": True},
+        )
+    )
     exec_id = json.loads(body)["exec_id"]
     status, headers, body = asyncio.run(call("GET", f"{base}/execs/{exec_id}/stream", headers=auth))
     assert status == 200 and headers["content-type"] == "text/event-stream"
     events = [block for block in body.decode().split("\n\n") if block.startswith("event:")]
-    texts = [json.loads(block.split("data: ", 1)[1])["text"] for block in events if block.startswith("event: chunk")]
+    texts = [
+        json.loads(block.split("data: ", 1)[1])["text"]
+        for block in events
+        if block.startswith("event: chunk")
+    ]
     assert "".join(texts) == "tick1\ntick2\ntick3\n"
     assert events[-1].startswith("event: exit")
     sent_at = [float(at) for at in headers["x-test-body-times"].split(",")]

@@ -29,7 +29,9 @@ pytestmark = [
     pytest.mark.docker,
     pytest.mark.browser,
     pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(not shutil.which("chromium"), reason="needs Debian's chromium (bin/test installs it)"),
+    pytest.mark.skipif(
+        not shutil.which("chromium"), reason="needs Debian's chromium (bin/test installs it)"
+    ),
 ]
 
 REPO = Path(__file__).resolve().parents[1]
@@ -44,7 +46,6 @@ class Server:
 
     def tail(self) -> str:
         return self.log.read_text(errors="replace")[-4000:] if self.log.exists() else ""
-
 
 
 @pytest.fixture
@@ -68,8 +69,21 @@ def server(tmp_path: Path, docker_engine: Any) -> Iterator[Server]:
     log = tmp_path / "server.log"
     with log.open("wb") as output:
         process = subprocess.Popen(
-            [sys.executable, "manage.py", "serve", "--no-build", "--host", "127.0.0.1", "--port", str(port)],
-            cwd=REPO, env=env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                sys.executable,
+                "manage.py",
+                "serve",
+                "--no-build",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     running = Server(f"http://127.0.0.1:{port}", process, log)
 
@@ -78,6 +92,7 @@ def server(tmp_path: Path, docker_engine: Any) -> Iterator[Server]:
             return httpx.get(f"{running.url}/healthz", timeout=2).status_code == 200
         except httpx.TransportError:
             return process.poll() is not None  # stop waiting: it died
+
     try:
         wait_for(answers, 60, running.tail)
         assert process.poll() is None, running.tail()
@@ -96,7 +111,9 @@ def browser() -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=shutil.which("chromium"), args=["--no-sandbox"])
+        chromium = playwright.chromium.launch(
+            executable_path=shutil.which("chromium"), args=["--no-sandbox"]
+        )
         yield chromium
         chromium.close()
 
@@ -146,7 +163,9 @@ def test_an_admin_steps_in_and_hands_back(alice, server, browser, tmp_path) -> N
     page.wait_for_selector("h2:has-text('API tokens')")
     page.click("button:has-text('Create a token')")
     token = page.inner_text("[data-testid=new-token]")
-    bot = httpx.Client(base_url=f"{server.url}/api/v1", headers={"Authorization": f"Bearer {token}"}, timeout=60)
+    bot = httpx.Client(
+        base_url=f"{server.url}/api/v1", headers={"Authorization": f"Bearer {token}"}, timeout=60
+    )
 
     # The bot opens a sandbox: it appears in the open fleet page, with no reload.
     page.goto(f"{server.url}/")
@@ -160,9 +179,13 @@ def test_an_admin_steps_in_and_hands_back(alice, server, browser, tmp_path) -> N
     shoot(page, "fleet")
 
     # A background command of the bot's, to follow in the processes panel.
-    ticking = bot.post(f"/sandboxes/{sandbox_id}/exec", json={
-        "cmd": "for i in 1 2 3 4 5 6 7 8 9 10; do echo tick-$i; sleep 0.5; done", "background": True,
-    })
+    ticking = bot.post(
+        f"/sandboxes/{sandbox_id}/exec",
+        json={
+            "cmd": "for i in 1 2 3 4 5 6 7 8 9 10; do echo tick-$i; sleep 0.5; done",
+            "background": True,
+        },
+    )
     assert ticking.status_code == 200, ticking.text
 
     # Take it over: the bot's next call is refused, naming the holder.
@@ -187,7 +210,9 @@ def test_an_admin_steps_in_and_hands_back(alice, server, browser, tmp_path) -> N
     page.locator("#terminal").click()
     page.keyboard.type("echo term-$((6*7))")
     page.keyboard.press("Enter")
-    page.wait_for_function("() => document.querySelector('#terminal').innerText.includes('term-42')")
+    page.wait_for_function(
+        "() => document.querySelector('#terminal').innerText.includes('term-42')"
+    )
     shoot(page, "sandbox")
 
     # Upload a file, find it, download it.
@@ -206,7 +231,9 @@ def test_an_admin_steps_in_and_hands_back(alice, server, browser, tmp_path) -> N
     # Hand it back: the bot carries on with the same files.
     page.click("button:has-text('Release')")
     page.wait_for_selector("[data-testid=lease]:has-text('free')")
-    carried_on = bot.post(f"/sandboxes/{sandbox_id}/exec", json={"cmd": "cat notes.txt bot.txt alice.txt"})
+    carried_on = bot.post(
+        f"/sandboxes/{sandbox_id}/exec", json={"cmd": "cat notes.txt bot.txt alice.txt"}
+    )
     assert carried_on.status_code == 200, carried_on.text
     assert carried_on.json()["stdout"] == "uploaded by alice\nfrom-the-bot\nran-by-alice\n"
 

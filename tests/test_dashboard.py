@@ -3,7 +3,6 @@ what the pages show, what their buttons do, and what the websockets push. (The s
 a real browser is tests/test_browser.py.)"""
 
 import asyncio
-import json
 import re
 from typing import Any
 
@@ -70,20 +69,37 @@ def test_changes_need_the_csrf_token(django_user_model, pipeline) -> None:
 def test_a_pipeline_is_made_with_a_custom_scope(admin) -> None:
     form = admin.get("/pipelines/new")
     assert b"Per chat (recommended)" in form.content  # the presets, labelled
-    preview = admin.get("/pipelines/scope-preview", {"scope_preset": "custom", "scope_template": "{sender_id}:{query_id}"})
+    preview = admin.get(
+        "/pipelines/scope-preview",
+        {"scope_preset": "custom", "scope_template": "{sender_id}:{query_id}"},
+    )
     assert b"alice:m-1" in preview.content and b"bob:m-2" in preview.content
-    broken = admin.get("/pipelines/scope-preview", {"scope_preset": "custom", "scope_template": "{nope}"})
+    broken = admin.get(
+        "/pipelines/scope-preview", {"scope_preset": "custom", "scope_template": "{nope}"}
+    )
     assert b"nope" in broken.content and b'role="alert"' in broken.content
-    saved = admin.post("/pipelines/new", _pipeline_form(slug="helpdesk", scope_preset="custom", scope_template="{sender_id}:{query_id}"))
+    saved = admin.post(
+        "/pipelines/new",
+        _pipeline_form(
+            slug="helpdesk", scope_preset="custom", scope_template="{sender_id}:{query_id}"
+        ),
+    )
     assert saved.status_code == 302, saved.content.decode()[:2000]
     assert Pipeline.objects.get(slug="helpdesk").scope_template == "{sender_id}:{query_id}"
 
 
 @pytest.mark.django_db
 def test_a_bad_pipeline_is_refused_field_by_field_and_nothing_is_saved(admin, settings) -> None:
-    answer = admin.post("/pipelines/new", _pipeline_form(
-        slug="bad", scope_preset="custom", scope_template="{launcher_id", cpus="99", env="{not json",
-    ))
+    answer = admin.post(
+        "/pipelines/new",
+        _pipeline_form(
+            slug="bad",
+            scope_preset="custom",
+            scope_template="{launcher_id",
+            cpus="99",
+            env="{not json",
+        ),
+    )
     assert answer.status_code == 200
     text = answer.content.decode()
     assert "operator maximum" in text and "not valid JSON" in text
@@ -95,21 +111,45 @@ def test_a_token_is_shown_once_and_can_be_revoked(admin, pipeline) -> None:
     created = admin.post(f"/pipelines/{pipeline.slug}/tokens", {"name": "bot"})
     plaintext = created.content.decode().split('data-testid="new-token">')[1].split("<")[0]
     token = PipelineToken.objects.get(pipeline=pipeline)
-    assert plaintext.startswith("byd_") and plaintext not in admin.get(f"/pipelines/{pipeline.slug}/").content.decode()
-    assert Client(HTTP_AUTHORIZATION=f"Bearer {plaintext}").get("/api/v1/sandboxes").status_code == 200
+    assert (
+        plaintext.startswith("byd_")
+        and plaintext not in admin.get(f"/pipelines/{pipeline.slug}/").content.decode()
+    )
+    assert (
+        Client(HTTP_AUTHORIZATION=f"Bearer {plaintext}").get("/api/v1/sandboxes").status_code == 200
+    )
     admin.post(f"/pipelines/{pipeline.slug}/tokens/{token.pk}/revoke")
-    assert Client(HTTP_AUTHORIZATION=f"Bearer {plaintext}").get("/api/v1/sandboxes").status_code == 401
+    assert (
+        Client(HTTP_AUTHORIZATION=f"Bearer {plaintext}").get("/api/v1/sandboxes").status_code == 401
+    )
 
 
 def _pipeline_form(**changes: str) -> dict[str, str]:
     form = {
-        "slug": "p", "name": "", "description": "", "scope_preset": "{launcher_type}_{launcher_id}",
-        "scope_template": "", "image": "boxyard/busybox:1", "cpus": "1", "memory_mb": "512",
-        "pids_limit": "128", "workspace_mb": "1024", "tmp_mb": "64", "idle_timeout_seconds": "1800",
-        "ttl_seconds": "86400", "lease_timeout_seconds": "600", "exec_timeout_seconds": "60",
-        "output_limit_bytes": "262144", "retention": "temporary", "max_live_sandboxes": "10",
-        "pool_size": "0", "pool_exhausted": "cold", "pool_wait_seconds": "10", "env": "{}",
-        "processes": "[]", "system_prompt": "",
+        "slug": "p",
+        "name": "",
+        "description": "",
+        "scope_preset": "{launcher_type}_{launcher_id}",
+        "scope_template": "",
+        "image": "boxyard/busybox:1",
+        "cpus": "1",
+        "memory_mb": "512",
+        "pids_limit": "128",
+        "workspace_mb": "1024",
+        "tmp_mb": "64",
+        "idle_timeout_seconds": "1800",
+        "ttl_seconds": "86400",
+        "lease_timeout_seconds": "600",
+        "exec_timeout_seconds": "60",
+        "output_limit_bytes": "262144",
+        "retention": "temporary",
+        "max_live_sandboxes": "10",
+        "pool_size": "0",
+        "pool_exhausted": "cold",
+        "pool_wait_seconds": "10",
+        "env": "{}",
+        "processes": "[]",
+        "system_prompt": "",
     }
     form.update(changes)
     return form
@@ -124,10 +164,21 @@ def test_a_filter_matches_a_loaded_sandbox_as_its_query_does(make_pipeline) -> N
 
     support, billing = make_pipeline(slug="support"), make_pipeline(slug="billing")
     for number, (pipeline, state) in enumerate(
-        [(support, State.RUNNING), (support, State.STOPPED), (billing, State.DESTROYED), (billing, State.ERROR)]
+        [
+            (support, State.RUNNING),
+            (support, State.STOPPED),
+            (billing, State.DESTROYED),
+            (billing, State.ERROR),
+        ]
     ):
-        Sandbox.objects.create(pipeline=pipeline, scope_key=f"Group_{number}", state=state,
-                               retention="temporary", image="x", volume_name=f"v{number}")
+        Sandbox.objects.create(
+            pipeline=pipeline,
+            scope_key=f"Group_{number}",
+            state=state,
+            retention="temporary",
+            image="x",
+            volume_name=f"v{number}",
+        )
     sandboxes = list(Sandbox.objects.select_related("pipeline"))
     filters = [
         FleetFilter(pipeline=slug, state=state, text=text)
@@ -143,7 +194,9 @@ def test_a_filter_matches_a_loaded_sandbox_as_its_query_does(make_pipeline) -> N
 
 @pytest.mark.docker
 @pytest.mark.django_db
-def test_the_fleet_lists_and_filters_sandboxes(admin, pipeline, make_pipeline, bot, docker_engine) -> None:
+def test_the_fleet_lists_and_filters_sandboxes(
+    admin, pipeline, make_pipeline, bot, docker_engine
+) -> None:
     services.open_sandbox(pipeline, CHAT, bot)
     services.open_sandbox(make_pipeline(slug="billing"), OTHER, bot)
     page = admin.get("/").content.decode()
@@ -174,7 +227,9 @@ def test_a_takeover_refuses_the_bot_until_release(admin, pipeline, bot, docker_e
 
 @pytest.mark.docker
 @pytest.mark.django_db(transaction=True)
-def test_restart_keeps_the_workspace_and_destroy_removes_it(admin, pipeline, bot, docker_engine) -> None:
+def test_restart_keeps_the_workspace_and_destroy_removes_it(
+    admin, pipeline, bot, docker_engine
+) -> None:
     sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
     services.run_exec(sandbox, services.clean_request(sandbox, cmd="echo kept > a.txt"), bot)
     admin.post(f"/sandboxes/{sandbox.pk}/restart")
@@ -189,7 +244,9 @@ def test_restart_keeps_the_workspace_and_destroy_removes_it(admin, pipeline, bot
 
 @pytest.mark.docker
 @pytest.mark.django_db
-def test_reset_ends_every_process_and_the_page_shows_the_workspace(admin, pipeline, bot, docker_engine) -> None:
+def test_reset_ends_every_process_and_the_page_shows_the_workspace(
+    admin, pipeline, bot, docker_engine
+) -> None:
     sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
     run = services.run_exec(
         sandbox, services.clean_request(sandbox, cmd="sleep 1000", background=True), bot
@@ -205,7 +262,9 @@ def test_reset_ends_every_process_and_the_page_shows_the_workspace(admin, pipeli
 
 @pytest.mark.docker
 @pytest.mark.django_db
-def test_sessions_find_a_chats_sandboxes_and_what_ran_there(admin, pipeline, bot, docker_engine) -> None:
+def test_sessions_find_a_chats_sandboxes_and_what_ran_there(
+    admin, pipeline, bot, docker_engine
+) -> None:
     sandbox = services.open_sandbox(pipeline, {**CHAT, "conversation_id": "conv-777"}, bot).sandbox
     services.run_exec(sandbox, services.clean_request(sandbox, cmd="echo from-the-bot"), bot)
     found = admin.get("/sessions/", {"q": "conv-777"}).content.decode()
@@ -224,16 +283,21 @@ def _communicator(path: str, client: Client | None, **cookies: str) -> Websocket
     if client is not None:
         cookies["sessionid"] = client.cookies["sessionid"].value
     if cookies:
-        headers.append((b"cookie", "; ".join(f"{name}={value}" for name, value in cookies.items()).encode()))
+        headers.append(
+            (b"cookie", "; ".join(f"{name}={value}" for name, value in cookies.items()).encode())
+        )
     return WebsocketCommunicator(application, path, headers=headers)
 
 
 @pytest.mark.django_db(transaction=True)
 def test_websockets_are_for_admins_from_our_own_origin(django_user_model) -> None:
-    async def attempt(path: str, client: Client | None, origin: bytes = b"http://testserver") -> Any:
+    async def attempt(
+        path: str, client: Client | None, origin: bytes = b"http://testserver"
+    ) -> Any:
         communicator = _communicator(path, client)
         communicator.scope["headers"] = [
-            (name, origin if name == b"origin" else value) for name, value in communicator.scope["headers"]
+            (name, origin if name == b"origin" else value)
+            for name, value in communicator.scope["headers"]
         ]
         connected, code = await communicator.connect()
         await communicator.disconnect()
@@ -251,7 +315,9 @@ def test_websockets_are_for_admins_from_our_own_origin(django_user_model) -> Non
 
 @pytest.mark.docker
 @pytest.mark.django_db(transaction=True)
-def test_the_fleet_websocket_pushes_a_new_sandbox_then_its_changes(admin, pipeline, bot, docker_engine) -> None:
+def test_the_fleet_websocket_pushes_a_new_sandbox_then_its_changes(
+    admin, pipeline, bot, docker_engine
+) -> None:
     async def scenario() -> list[str]:
         communicator = _communicator("/ws/fleet/?state=live", admin)
         connected, _ = await communicator.connect()
@@ -261,7 +327,9 @@ def test_the_fleet_websocket_pushes_a_new_sandbox_then_its_changes(admin, pipeli
         assert '<p id="fleet-empty" class="muted" hx-swap-oob="true">' in first
         opened = await database_sync_to_async(services.open_sandbox)(pipeline, CHAT, bot)
         pushed = [await communicator.receive_from(timeout=10)]
-        await database_sync_to_async(services.close_sandbox)(opened.sandbox, bot, delete_workspace=True)
+        await database_sync_to_async(services.close_sandbox)(
+            opened.sandbox, bot, delete_workspace=True
+        )
         while 'hx-swap-oob="delete"' not in pushed[-1]:
             pushed.append(await communicator.receive_from(timeout=10))
         await communicator.disconnect()
@@ -278,28 +346,47 @@ def test_the_fleet_websocket_pushes_a_new_sandbox_then_its_changes(admin, pipeli
 
 
 @pytest.mark.django_db(transaction=True)
-def test_fleet_pages_share_one_read_of_a_change_and_keep_their_own_filters(admin, make_pipeline, monkeypatch) -> None:
+def test_fleet_pages_share_one_read_of_a_change_and_keep_their_own_filters(
+    admin, make_pipeline, monkeypatch
+) -> None:
     from sandboxes import dashboard, live
 
     billing = make_pipeline(slug="billing")
-    sandbox = Sandbox.objects.create(pipeline=billing, scope_key="group_7", state=State.RUNNING,
-                                     retention="temporary", image="x", volume_name="v7")
+    sandbox = Sandbox.objects.create(
+        pipeline=billing,
+        scope_key="group_7",
+        state=State.RUNNING,
+        retention="temporary",
+        image="x",
+        volume_name="v7",
+    )
     reads: list[str] = []
     fleet_row = dashboard.fleet_row
     monkeypatch.setattr(dashboard, "fleet_row", lambda pk: reads.append(pk) or fleet_row(pk))
 
     async def scenario() -> tuple[list[str], list[str | None]]:
-        pages = [_communicator(f"/ws/fleet/?{query}", admin) for query in
-                 ("state=live", "pipeline=billing", "pipeline=support", "state=live&q=group_7")]
+        pages = [
+            _communicator(f"/ws/fleet/?{query}", admin)
+            for query in (
+                "state=live",
+                "pipeline=billing",
+                "pipeline=support",
+                "state=live&q=group_7",
+            )
+        ]
         for page in pages:
             assert (await page.connect())[0]
             await page.receive_from(timeout=10)
-        await database_sync_to_async(Sandbox.objects.filter(pk=sandbox.pk).update)(state=State.STOPPED)
+        await database_sync_to_async(Sandbox.objects.filter(pk=sandbox.pk).update)(
+            state=State.STOPPED
+        )
         await database_sync_to_async(live.changed)(sandbox.pk)
         stopped = [await page.receive_from(timeout=10) for page in pages]
         await database_sync_to_async(live.changed)(sandbox.pk)  # nothing moved this time
-        again = [None if await page.receive_nothing(timeout=1) else await page.receive_from()
-                 for page in pages]
+        again = [
+            None if await page.receive_nothing(timeout=1) else await page.receive_from()
+            for page in pages
+        ]
         for page in pages:
             await page.disconnect()
         return stopped, again
@@ -309,7 +396,9 @@ def test_fleet_pages_share_one_read_of_a_change_and_keep_their_own_filters(admin
     row = f'id="sandbox-{sandbox.pk}"'
     everything, billing_page, support_page, searched = stopped
     assert row in everything and row in billing_page and row in searched and row not in support_page
-    assert all('id="fleet-counters"' in page for page in stopped)  # one more stopped, one less running
+    assert all(
+        'id="fleet-counters"' in page for page in stopped
+    )  # one more stopped, one less running
     everything, billing_page, support_page, searched = again
     assert support_page is None  # neither its table nor its counters changed: nothing is sent
     assert row in everything and 'id="fleet-counters"' not in everything
@@ -335,7 +424,9 @@ def test_a_fleet_sample_redraws_the_charts_and_totals(admin, pipeline) -> None:
 
 @pytest.mark.docker
 @pytest.mark.django_db(transaction=True)
-def test_the_sandbox_websocket_renders_in_the_admins_language(admin, pipeline, bot, docker_engine) -> None:
+def test_the_sandbox_websocket_renders_in_the_admins_language(
+    admin, pipeline, bot, docker_engine
+) -> None:
     sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
 
     async def scenario() -> str:
@@ -370,7 +461,9 @@ def test_two_admins_get_their_own_pushes(django_user_model, pipeline, bot, docke
     async def scenario() -> dict[str, str]:
         communicators = {}
         for name, client in clients.items():
-            communicator = _communicator(f"/ws/sandboxes/{sandbox.pk}/", client, csrftoken=secrets[name])
+            communicator = _communicator(
+                f"/ws/sandboxes/{sandbox.pk}/", client, csrftoken=secrets[name]
+            )
             assert (await communicator.connect())[0]
             await communicator.receive_from(timeout=10)  # the first render
             communicators[name] = communicator
@@ -398,8 +491,20 @@ def test_usage_reads_as_a_cpu_share_and_memory() -> None:
     from sandboxes.dashboard import usage_text
     from sandboxes.runtime import Usage
 
-    before = Usage(cpu_ns=1_000_000_000, system_ns=10_000_000_000, online_cpus=2, memory_bytes=0, memory_limit_bytes=2**30)
-    after = Usage(cpu_ns=1_250_000_000, system_ns=12_000_000_000, online_cpus=2, memory_bytes=12 * 2**20, memory_limit_bytes=2**30)
+    before = Usage(
+        cpu_ns=1_000_000_000,
+        system_ns=10_000_000_000,
+        online_cpus=2,
+        memory_bytes=0,
+        memory_limit_bytes=2**30,
+    )
+    after = Usage(
+        cpu_ns=1_250_000_000,
+        system_ns=12_000_000_000,
+        online_cpus=2,
+        memory_bytes=12 * 2**20,
+        memory_limit_bytes=2**30,
+    )
     assert usage_text(after, before) == "CPU 25.0% · memory 12.0 MiB of 1024 MiB"
     assert usage_text(after, None) == "memory 12.0 MiB of 1024 MiB"
     assert usage_text(None, before) == ""
@@ -410,8 +515,13 @@ def test_usage_says_how_full_the_workspace_is() -> None:
     from sandboxes.runtime import Usage
     from sandboxes.services import WorkspaceUsage
 
-    reading = Usage(cpu_ns=0, system_ns=0, online_cpus=2, memory_bytes=12 * 2**20, memory_limit_bytes=2**30)
+    reading = Usage(
+        cpu_ns=0, system_ns=0, online_cpus=2, memory_bytes=12 * 2**20, memory_limit_bytes=2**30
+    )
     full = WorkspaceUsage(limit_bytes=32 * 2**20, used_bytes=31 * 2**20)
-    assert usage_text(reading, None, full) == "memory 12.0 MiB of 1024 MiB · workspace 31.0 MiB of 32 MiB"
+    assert (
+        usage_text(reading, None, full)
+        == "memory 12.0 MiB of 1024 MiB · workspace 31.0 MiB of 32 MiB"
+    )
     unlimited = WorkspaceUsage(limit_bytes=None, used_bytes=None)
     assert usage_text(reading, None, unlimited) == "memory 12.0 MiB of 1024 MiB"

@@ -19,7 +19,7 @@ from django.conf import settings
 from pipelines.models import PipelineToken
 from sandboxes.models import Sandbox, State
 from tests.conftest import CHAT, DEPLOYMENT, database_url, wait_for
-from tests.sandboxes.test_reconcile import assert_converged
+from tests.sandboxes.services.test_reconciling import assert_converged
 
 pytestmark = [
     pytest.mark.docker,
@@ -63,8 +63,12 @@ class Cluster:
         log = self.tmp / f"{name}.log"
         with log.open("wb") as output:
             popen = subprocess.Popen(
-                command, cwd=REPO, env={**self.env, **extra_env}, stdout=output,
-                stderr=subprocess.STDOUT, start_new_session=True,
+                command,
+                cwd=REPO,
+                env={**self.env, **extra_env},
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         self.processes[name] = Process(name, popen, log)
         return self.processes[name]
@@ -72,14 +76,25 @@ class Cluster:
     def worker(self, name: str = "worker", **extra_env: str) -> Process:
         return self.start(
             name,
-            [sys.executable, "-m", "celery", "-A", "config", "worker", "-l", "info",
-             "--concurrency", "2", "-n", f"{name}@%h"],
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "config",
+                "worker",
+                "-l",
+                "info",
+                "--concurrency",
+                "2",
+                "-n",
+                f"{name}@%h",
+            ],
             **extra_env,
         )
 
     def logs(self) -> str:
         return "\n".join(f"--- {p.name}\n{p.tail()}" for p in self.processes.values())
-
 
 
 @pytest.fixture
@@ -103,11 +118,35 @@ def cluster(tmp_path: Path, docker_engine: Any) -> Iterator[Cluster]:
     )
     running = Cluster(f"http://127.0.0.1:{port}", tmp_path, env, {})
     try:
-        running.start("web", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                              "config.asgi:application"])
+        running.start(
+            "web",
+            [
+                sys.executable,
+                "-m",
+                "daphne",
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "config.asgi:application",
+            ],
+        )
         running.worker()
-        running.start("beat", [sys.executable, "-m", "celery", "-A", "config", "beat", "-l", "info",
-                               "-s", str(tmp_path / "beat-schedule")])
+        running.start(
+            "beat",
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "config",
+                "beat",
+                "-l",
+                "info",
+                "-s",
+                str(tmp_path / "beat-schedule"),
+            ],
+        )
         _wait(lambda: _answers(running.base_url), 60, running)
         yield running
     finally:
@@ -137,18 +176,25 @@ def _wait(condition: Any, seconds: float, cluster: Cluster) -> float:
 @contextmanager
 def bot_client(cluster: Cluster, pipeline: Any) -> Iterator[httpx.Client]:
     token = PipelineToken.issue(pipeline, name="distributed")[1]
-    with httpx.Client(base_url=f"{cluster.base_url}/api/v1", timeout=60,
-                      headers={"Authorization": f"Bearer {token}"}) as client:
+    with httpx.Client(
+        base_url=f"{cluster.base_url}/api/v1",
+        timeout=60,
+        headers={"Authorization": f"Bearer {token}"},
+    ) as client:
         yield client
 
 
 def test_a_background_open_is_booted_by_a_worker_process(cluster, pipeline) -> None:
     with bot_client(cluster, pipeline) as bot:
-        opened = bot.post("/sandboxes/open", json={"pipeline": pipeline.slug, "variables": CHAT, "async": True})
+        opened = bot.post(
+            "/sandboxes/open", json={"pipeline": pipeline.slug, "variables": CHAT, "async": True}
+        )
         assert opened.status_code == 200, opened.text
         assert opened.json()["status"] == "creating"
         sandbox_id = opened.json()["sandbox_id"]
-        _wait(lambda: bot.get(f"/sandboxes/{sandbox_id}").json()["status"] == "running", 60, cluster)
+        _wait(
+            lambda: bot.get(f"/sandboxes/{sandbox_id}").json()["status"] == "running", 60, cluster
+        )
         ran = bot.post(f"/sandboxes/{sandbox_id}/exec", json={"cmd": "echo from-the-worker"})
         assert ran.json()["stdout"] == "from-the-worker\n", ran.text
 
@@ -156,9 +202,13 @@ def test_a_background_open_is_booted_by_a_worker_process(cluster, pipeline) -> N
 def test_the_scheduler_and_the_worker_reap_an_idle_sandbox(cluster, make_pipeline) -> None:
     pipeline = make_pipeline(idle_timeout_seconds=1)
     with bot_client(cluster, pipeline) as bot:
-        sandbox_id = bot.post("/sandboxes/open", json={"pipeline": pipeline.slug, "variables": CHAT}).json()["sandbox_id"]
+        sandbox_id = bot.post(
+            "/sandboxes/open", json={"pipeline": pipeline.slug, "variables": CHAT}
+        ).json()["sandbox_id"]
         assert bot.post(f"/sandboxes/{sandbox_id}/lease/release", json={}).status_code == 200
-        took = _wait(lambda: bot.get(f"/sandboxes/{sandbox_id}").json()["status"] == "destroyed", 31, cluster)
+        took = _wait(
+            lambda: bot.get(f"/sandboxes/{sandbox_id}").json()["status"] == "destroyed", 31, cluster
+        )
         assert took <= 1 + 30
         gone = bot.get(f"/sandboxes/{sandbox_id}").json()
         assert gone["stop_reason"] == "idle"
@@ -172,14 +222,24 @@ def test_a_worker_killed_while_booting_is_made_good(cluster, pipeline, docker_en
     cluster.processes["worker"].stop()
     doomed = cluster.worker("doomed", BOXYARD_CRASH_AT="create:container")
     with bot_client(cluster, pipeline) as bot:
-        opened = bot.post("/sandboxes/open", json={"pipeline": pipeline.slug, "variables": CHAT, "async": True})
+        opened = bot.post(
+            "/sandboxes/open", json={"pipeline": pipeline.slug, "variables": CHAT, "async": True}
+        )
         sandbox_id = opened.json()["sandbox_id"]
-        _wait(lambda: any(c.status == "created" for c in docker_engine.list_containers(
-            {"io.boxyard.sandbox": sandbox_id})), 60, cluster)
+        _wait(
+            lambda: any(
+                c.status == "created"
+                for c in docker_engine.list_containers({"io.boxyard.sandbox": sandbox_id})
+            ),
+            60,
+            cluster,
+        )
         doomed.stop(signal.SIGKILL)
         assert Sandbox.objects.get(pk=sandbox_id).state == State.CREATING
         cluster.worker("rescuer")
-        _wait(lambda: bot.get(f"/sandboxes/{sandbox_id}").json()["status"] == "running", 60, cluster)
+        _wait(
+            lambda: bot.get(f"/sandboxes/{sandbox_id}").json()["status"] == "running", 60, cluster
+        )
         ran = bot.post(f"/sandboxes/{sandbox_id}/exec", json={"cmd": "echo rescued"})
         assert ran.json()["stdout"] == "rescued\n", ran.text
     assert_converged(docker_engine)

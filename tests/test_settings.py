@@ -22,7 +22,10 @@ def manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
 
 def test_check_deploy_is_clean_with_production_variables() -> None:
     result = manage(
-        "check", "--deploy", "--fail-level", "WARNING",
+        "check",
+        "--deploy",
+        "--fail-level",
+        "WARNING",
         BOXYARD_SECRET_KEY=secrets.token_urlsafe(60),
         BOXYARD_HTTPS="true",
         BOXYARD_ALLOWED_HOSTS="boxyard.example.com",

@@ -47,7 +47,9 @@ def test_a_sandbox_opened_in_the_background_is_booted_by_the_worker(worker, pipe
     assert result.stdout == "booted\n"
 
 
-def test_an_idle_sandbox_is_gone_within_its_idle_timeout_and_30_seconds(worker, make_pipeline, bot) -> None:
+def test_an_idle_sandbox_is_gone_within_its_idle_timeout_and_30_seconds(
+    worker, make_pipeline, bot
+) -> None:
     """The scheduler's reap job (every 10 s by default) finds it; nothing calls it by hand."""
     pipeline = make_pipeline(idle_timeout_seconds=2)
     sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
@@ -59,7 +61,9 @@ def test_an_idle_sandbox_is_gone_within_its_idle_timeout_and_30_seconds(worker, 
     wait_for(lambda: PeriodicJob.objects.get(name="reap").last_finished_at is not None, 10)
 
 
-def test_the_worker_reconciles_when_it_starts(settings, pipeline, bot, docker_engine, tmp_path) -> None:
+def test_the_worker_reconciles_when_it_starts(
+    settings, pipeline, bot, docker_engine, tmp_path
+) -> None:
     settings.BOXYARD_RECONCILE_GRACE_SECONDS = 0
     sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
     docker_engine.remove_container(sandbox.container_id)  # while no worker was running

@@ -2,94 +2,243 @@
 
 import django.core.validators
 import django.db.models.deletion
+from django.db import migrations, models
+
 import pipelines.models
 import pipelines.scope
-from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='Pipeline',
+            name="Pipeline",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('slug', models.SlugField(unique=True)),
-                ('name', models.CharField(blank=True, max_length=200)),
-                ('description', models.TextField(blank=True)),
-                ('scope_template', models.CharField(default='{launcher_type}_{launcher_id}', help_text='Which chat variables decide who shares a sandbox.', max_length=200, validators=[pipelines.models._validate_template])),
-                ('image', models.CharField(blank=True, help_text='Empty: the default image.', max_length=300)),
-                ('cpus', models.FloatField(default=1.0, validators=[django.core.validators.MinValueValidator(0.01)])),
-                ('memory_mb', models.PositiveIntegerField(default=1024, validators=[django.core.validators.MinValueValidator(16)])),
-                ('pids_limit', models.PositiveIntegerField(default=256, validators=[django.core.validators.MinValueValidator(8)])),
-                ('workspace_mb', models.PositiveIntegerField(default=2048, validators=[django.core.validators.MinValueValidator(1)])),
-                ('tmp_mb', models.PositiveIntegerField(default=256, validators=[django.core.validators.MinValueValidator(1)])),
-                ('network_enabled', models.BooleanField(default=False)),
-                ('idle_timeout_seconds', models.PositiveIntegerField(default=1800)),
-                ('ttl_seconds', models.PositiveIntegerField(default=86400)),
-                ('lease_timeout_seconds', models.PositiveIntegerField(default=600, validators=[django.core.validators.MinValueValidator(5)])),
-                ('retention', models.CharField(choices=[('temporary', 'Temporary: destroyed when reaped'), ('persistent', 'Persistent: stopped when reaped, workspace kept')], default='temporary', max_length=20)),
-                ('max_live_sandboxes', models.PositiveIntegerField(default=50, validators=[django.core.validators.MinValueValidator(1)])),
-                ('exec_timeout_seconds', models.PositiveIntegerField(default=60, help_text='Default per exec.', validators=[django.core.validators.MinValueValidator(1)])),
-                ('output_limit_bytes', models.PositiveIntegerField(default=262144, help_text='What one exec returns per stream; more is cut and flagged truncated.', validators=[django.core.validators.MinValueValidator(1024)])),
-                ('env', models.JSONField(blank=True, default=dict, help_text='Environment for every exec.')),
-                ('system_prompt', models.TextField(blank=True, default='You have a persistent Linux sandbox for running code. Its working directory is /workspace.\nFiles you write under /workspace stay there between your tool calls and between messages of\nthis conversation; anything outside /workspace (and /tmp) is read-only or temporary.\nSkills provided by this bot are under /workspace/.skills/<name>/ - read their README files\nbefore using them. The sandbox has no network access unless stated otherwise. Commands run\nas a non-root user; each call has a time limit, and long output is truncated.')),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("slug", models.SlugField(unique=True)),
+                ("name", models.CharField(blank=True, max_length=200)),
+                ("description", models.TextField(blank=True)),
+                (
+                    "scope_template",
+                    models.CharField(
+                        default="{launcher_type}_{launcher_id}",
+                        help_text="Which chat variables decide who shares a sandbox.",
+                        max_length=200,
+                        validators=[pipelines.models._validate_template],
+                    ),
+                ),
+                (
+                    "image",
+                    models.CharField(
+                        blank=True, help_text="Empty: the default image.", max_length=300
+                    ),
+                ),
+                (
+                    "cpus",
+                    models.FloatField(
+                        default=1.0, validators=[django.core.validators.MinValueValidator(0.01)]
+                    ),
+                ),
+                (
+                    "memory_mb",
+                    models.PositiveIntegerField(
+                        default=1024, validators=[django.core.validators.MinValueValidator(16)]
+                    ),
+                ),
+                (
+                    "pids_limit",
+                    models.PositiveIntegerField(
+                        default=256, validators=[django.core.validators.MinValueValidator(8)]
+                    ),
+                ),
+                (
+                    "workspace_mb",
+                    models.PositiveIntegerField(
+                        default=2048, validators=[django.core.validators.MinValueValidator(1)]
+                    ),
+                ),
+                (
+                    "tmp_mb",
+                    models.PositiveIntegerField(
+                        default=256, validators=[django.core.validators.MinValueValidator(1)]
+                    ),
+                ),
+                ("network_enabled", models.BooleanField(default=False)),
+                ("idle_timeout_seconds", models.PositiveIntegerField(default=1800)),
+                ("ttl_seconds", models.PositiveIntegerField(default=86400)),
+                (
+                    "lease_timeout_seconds",
+                    models.PositiveIntegerField(
+                        default=600, validators=[django.core.validators.MinValueValidator(5)]
+                    ),
+                ),
+                (
+                    "retention",
+                    models.CharField(
+                        choices=[
+                            ("temporary", "Temporary: destroyed when reaped"),
+                            ("persistent", "Persistent: stopped when reaped, workspace kept"),
+                        ],
+                        default="temporary",
+                        max_length=20,
+                    ),
+                ),
+                (
+                    "max_live_sandboxes",
+                    models.PositiveIntegerField(
+                        default=50, validators=[django.core.validators.MinValueValidator(1)]
+                    ),
+                ),
+                (
+                    "exec_timeout_seconds",
+                    models.PositiveIntegerField(
+                        default=60,
+                        help_text="Default per exec.",
+                        validators=[django.core.validators.MinValueValidator(1)],
+                    ),
+                ),
+                (
+                    "output_limit_bytes",
+                    models.PositiveIntegerField(
+                        default=262144,
+                        help_text="What one exec returns per stream; more is cut and flagged truncated.",
+                        validators=[django.core.validators.MinValueValidator(1024)],
+                    ),
+                ),
+                (
+                    "env",
+                    models.JSONField(
+                        blank=True, default=dict, help_text="Environment for every exec."
+                    ),
+                ),
+                (
+                    "system_prompt",
+                    models.TextField(
+                        blank=True,
+                        default="You have a persistent Linux sandbox for running code. Its working directory is /workspace.\nFiles you write under /workspace stay there between your tool calls and between messages of\nthis conversation; anything outside /workspace (and /tmp) is read-only or temporary.\nSkills provided by this bot are under /workspace/.skills/<name>/ - read their README files\nbefore using them. The sandbox has no network access unless stated otherwise. Commands run\nas a non-root user; each call has a time limit, and long output is truncated.",
+                    ),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
             ],
             options={
-                'ordering': ['slug'],
+                "ordering": ["slug"],
             },
         ),
         migrations.CreateModel(
-            name='SessionTemplate',
+            name="SessionTemplate",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('slug', models.SlugField(unique=True)),
-                ('template', models.CharField(max_length=200, validators=[pipelines.scope.validate])),
-                ('labels', models.JSONField(default=dict, help_text='language code → label')),
-                ('descriptions', models.JSONField(default=dict, help_text='language code → description')),
-                ('is_default', models.BooleanField(default=False)),
-                ('position', models.PositiveSmallIntegerField(default=0)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("slug", models.SlugField(unique=True)),
+                (
+                    "template",
+                    models.CharField(max_length=200, validators=[pipelines.scope.validate]),
+                ),
+                ("labels", models.JSONField(default=dict, help_text="language code → label")),
+                (
+                    "descriptions",
+                    models.JSONField(default=dict, help_text="language code → description"),
+                ),
+                ("is_default", models.BooleanField(default=False)),
+                ("position", models.PositiveSmallIntegerField(default=0)),
             ],
             options={
-                'ordering': ['position', 'slug'],
+                "ordering": ["position", "slug"],
             },
         ),
         migrations.CreateModel(
-            name='PipelineToken',
+            name="PipelineToken",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(blank=True, max_length=100)),
-                ('prefix', models.CharField(help_text='The first characters, to recognise it.', max_length=16)),
-                ('digest', models.CharField(editable=False, max_length=64, unique=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('last_used_at', models.DateTimeField(blank=True, null=True)),
-                ('revoked_at', models.DateTimeField(blank=True, null=True)),
-                ('pipeline', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='tokens', to='pipelines.pipeline')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(blank=True, max_length=100)),
+                (
+                    "prefix",
+                    models.CharField(
+                        help_text="The first characters, to recognise it.", max_length=16
+                    ),
+                ),
+                ("digest", models.CharField(editable=False, max_length=64, unique=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("last_used_at", models.DateTimeField(blank=True, null=True)),
+                ("revoked_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "pipeline",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="tokens",
+                        to="pipelines.pipeline",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at'],
+                "ordering": ["-created_at"],
             },
         ),
         migrations.CreateModel(
-            name='Skill',
+            name="Skill",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=64, validators=[django.core.validators.RegexValidator('^[A-Za-z0-9][A-Za-z0-9_.-]*$', "letters, digits, '_', '.', '-', starting with a letter or digit")])),
-                ('host_path', models.CharField(max_length=500)),
-                ('mode', models.CharField(choices=[('ro', 'Read-only'), ('rw', 'Read-write')], default='ro', max_length=2)),
-                ('description', models.TextField(blank=True)),
-                ('pipeline', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='skills', to='pipelines.pipeline')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "name",
+                    models.CharField(
+                        max_length=64,
+                        validators=[
+                            django.core.validators.RegexValidator(
+                                "^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+                                "letters, digits, '_', '.', '-', starting with a letter or digit",
+                            )
+                        ],
+                    ),
+                ),
+                ("host_path", models.CharField(max_length=500)),
+                (
+                    "mode",
+                    models.CharField(
+                        choices=[("ro", "Read-only"), ("rw", "Read-write")],
+                        default="ro",
+                        max_length=2,
+                    ),
+                ),
+                ("description", models.TextField(blank=True)),
+                (
+                    "pipeline",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="skills",
+                        to="pipelines.pipeline",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['pipeline', 'name'],
-                'constraints': [models.UniqueConstraint(fields=('pipeline', 'name'), name='unique_skill_per_pipeline')],
+                "ordering": ["pipeline", "name"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("pipeline", "name"), name="unique_skill_per_pipeline"
+                    )
+                ],
             },
         ),
     ]

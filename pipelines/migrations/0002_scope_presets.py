@@ -112,8 +112,7 @@ PRESETS = [
             "es": "Un sandbox nuevo para cada mensaje; nada pasa de un mensaje a otro.",
             "fr": "Un bac à sable neuf pour chaque message ; rien n'est conservé d'un message à "
             "l'autre.",
-            "ru": "Новая песочница для каждого сообщения; между сообщениями ничего не "
-            "сохраняется.",
+            "ru": "Новая песочница для каждого сообщения; между сообщениями ничего не сохраняется.",
         },
     },
 ]

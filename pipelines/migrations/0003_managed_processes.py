@@ -4,15 +4,18 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('pipelines', '0002_scope_presets'),
+        ("pipelines", "0002_scope_presets"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='pipeline',
-            name='processes',
-            field=models.JSONField(blank=True, default=list, help_text='Long-running processes every sandbox of this pipeline starts with and keeps alive (an MCP stdio server, say): a list of {name, cmd, cwd?, env?, restart?}, cmd an argv list or a shell string, restart (default true) with backoff.'),
+            model_name="pipeline",
+            name="processes",
+            field=models.JSONField(
+                blank=True,
+                default=list,
+                help_text="Long-running processes every sandbox of this pipeline starts with and keeps alive (an MCP stdio server, say): a list of {name, cmd, cwd?, env?, restart?}, cmd an argv list or a shell string, restart (default true) with backoff.",
+            ),
         ),
     ]

@@ -5,25 +5,40 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('pipelines', '0003_managed_processes'),
+        ("pipelines", "0003_managed_processes"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='pipeline',
-            name='pool_exhausted',
-            field=models.CharField(choices=[('cold', 'Create one cold'), ('wait', 'Wait for the pool to refill'), ('fail', 'Fail at once')], default='cold', help_text='What an open does when the pool has no ready sandbox.', max_length=8),
+            model_name="pipeline",
+            name="pool_exhausted",
+            field=models.CharField(
+                choices=[
+                    ("cold", "Create one cold"),
+                    ("wait", "Wait for the pool to refill"),
+                    ("fail", "Fail at once"),
+                ],
+                default="cold",
+                help_text="What an open does when the pool has no ready sandbox.",
+                max_length=8,
+            ),
         ),
         migrations.AddField(
-            model_name='pipeline',
-            name='pool_size',
-            field=models.PositiveIntegerField(default=0, help_text='Sandboxes kept started and ready for new scope keys (0: none).'),
+            model_name="pipeline",
+            name="pool_size",
+            field=models.PositiveIntegerField(
+                default=0,
+                help_text="Sandboxes kept started and ready for new scope keys (0: none).",
+            ),
         ),
         migrations.AddField(
-            model_name='pipeline',
-            name='pool_wait_seconds',
-            field=models.PositiveIntegerField(default=10, help_text='With the wait policy: how long an open waits for the pool before failing.', validators=[django.core.validators.MinValueValidator(1)]),
+            model_name="pipeline",
+            name="pool_wait_seconds",
+            field=models.PositiveIntegerField(
+                default=10,
+                help_text="With the wait policy: how long an open waits for the pool before failing.",
+                validators=[django.core.validators.MinValueValidator(1)],
+            ),
         ),
     ]

@@ -5,15 +5,18 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('pipelines', '0004_lifecycle'),
+        ("pipelines", "0004_lifecycle"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='pipeline',
-            name='workspace_mb',
-            field=models.PositiveIntegerField(default=2048, help_text="The size of each sandbox's workspace disk (the file system's own metadata counts).", validators=[django.core.validators.MinValueValidator(16)]),
+            model_name="pipeline",
+            name="workspace_mb",
+            field=models.PositiveIntegerField(
+                default=2048,
+                help_text="The size of each sandbox's workspace disk (the file system's own metadata counts).",
+                validators=[django.core.validators.MinValueValidator(16)],
+            ),
         ),
     ]

@@ -7,114 +7,251 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('pipelines', '0001_initial'),
+        ("pipelines", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Sandbox',
+            name="Sandbox",
             fields=[
-                ('id', models.UUIDField(default=uuid.uuid4, editable=False, primary_key=True, serialize=False)),
-                ('scope_key', models.CharField(max_length=512)),
-                ('variables', models.JSONField(default=dict, help_text='The variables of the opening request.')),
-                ('state', models.CharField(choices=[('creating', 'Creating'), ('running', 'Running'), ('error', 'Error'), ('stopping', 'Stopping'), ('stopped', 'Stopped'), ('unknown', 'Unknown'), ('destroyed', 'Destroyed')], default='creating', max_length=16)),
-                ('stop_reason', models.CharField(blank=True, choices=[('idle', 'Idle timeout'), ('ttl', 'Time to live reached'), ('closed', 'Closed by its holder'), ('admin', 'Stopped by an admin'), ('error', 'Error'), ('lost', 'Container lost'), ('quota', 'Quota')], max_length=16)),
-                ('status_detail', models.TextField(blank=True, help_text='Why it is in error, in words.')),
-                ('retention', models.CharField(choices=[('temporary', 'Temporary: destroyed when reaped'), ('persistent', 'Persistent: stopped when reaped, workspace kept')], max_length=20)),
-                ('image', models.CharField(max_length=300)),
-                ('generation', models.PositiveIntegerField(default=1)),
-                ('container_id', models.CharField(blank=True, max_length=80)),
-                ('container_name', models.CharField(blank=True, max_length=200)),
-                ('volume_name', models.CharField(max_length=200)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('last_activity_at', models.DateTimeField(blank=True, null=True)),
-                ('stopped_at', models.DateTimeField(blank=True, null=True)),
-                ('destroyed_at', models.DateTimeField(blank=True, null=True)),
-                ('expires_at', models.DateTimeField(blank=True, help_text='Absolute end (TTL).', null=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('pipeline', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='sandboxes', to='pipelines.pipeline')),
+                (
+                    "id",
+                    models.UUIDField(
+                        default=uuid.uuid4, editable=False, primary_key=True, serialize=False
+                    ),
+                ),
+                ("scope_key", models.CharField(max_length=512)),
+                (
+                    "variables",
+                    models.JSONField(
+                        default=dict, help_text="The variables of the opening request."
+                    ),
+                ),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("creating", "Creating"),
+                            ("running", "Running"),
+                            ("error", "Error"),
+                            ("stopping", "Stopping"),
+                            ("stopped", "Stopped"),
+                            ("unknown", "Unknown"),
+                            ("destroyed", "Destroyed"),
+                        ],
+                        default="creating",
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "stop_reason",
+                    models.CharField(
+                        blank=True,
+                        choices=[
+                            ("idle", "Idle timeout"),
+                            ("ttl", "Time to live reached"),
+                            ("closed", "Closed by its holder"),
+                            ("admin", "Stopped by an admin"),
+                            ("error", "Error"),
+                            ("lost", "Container lost"),
+                            ("quota", "Quota"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "status_detail",
+                    models.TextField(blank=True, help_text="Why it is in error, in words."),
+                ),
+                (
+                    "retention",
+                    models.CharField(
+                        choices=[
+                            ("temporary", "Temporary: destroyed when reaped"),
+                            ("persistent", "Persistent: stopped when reaped, workspace kept"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                ("image", models.CharField(max_length=300)),
+                ("generation", models.PositiveIntegerField(default=1)),
+                ("container_id", models.CharField(blank=True, max_length=80)),
+                ("container_name", models.CharField(blank=True, max_length=200)),
+                ("volume_name", models.CharField(max_length=200)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("last_activity_at", models.DateTimeField(blank=True, null=True)),
+                ("stopped_at", models.DateTimeField(blank=True, null=True)),
+                ("destroyed_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "expires_at",
+                    models.DateTimeField(blank=True, help_text="Absolute end (TTL).", null=True),
+                ),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "pipeline",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="sandboxes",
+                        to="pipelines.pipeline",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at'],
+                "ordering": ["-created_at"],
             },
         ),
         migrations.CreateModel(
-            name='Lease',
+            name="Lease",
             fields=[
-                ('sandbox', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, primary_key=True, related_name='lease', serialize=False, to='sandboxes.sandbox')),
-                ('holder', models.CharField(blank=True, help_text='Empty when free.', max_length=200)),
-                ('epoch', models.PositiveBigIntegerField(default=0)),
-                ('expires_at', models.DateTimeField(blank=True, null=True)),
-                ('acquired_at', models.DateTimeField(blank=True, null=True)),
-                ('taken_over_from', models.CharField(blank=True, help_text='The holder that lost the lease to a takeover.', max_length=200)),
+                (
+                    "sandbox",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        primary_key=True,
+                        related_name="lease",
+                        serialize=False,
+                        to="sandboxes.sandbox",
+                    ),
+                ),
+                (
+                    "holder",
+                    models.CharField(blank=True, help_text="Empty when free.", max_length=200),
+                ),
+                ("epoch", models.PositiveBigIntegerField(default=0)),
+                ("expires_at", models.DateTimeField(blank=True, null=True)),
+                ("acquired_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "taken_over_from",
+                    models.CharField(
+                        blank=True,
+                        help_text="The holder that lost the lease to a takeover.",
+                        max_length=200,
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='Exec',
+            name="Exec",
             fields=[
-                ('id', models.UUIDField(default=uuid.uuid4, editable=False, primary_key=True, serialize=False)),
-                ('session', models.CharField(default='default', max_length=64)),
-                ('command', models.JSONField(help_text='argv list, or a shell string')),
-                ('cwd', models.CharField(max_length=1024)),
-                ('env', models.JSONField(blank=True, default=dict)),
-                ('background', models.BooleanField(default=False)),
-                ('actor', models.CharField(help_text='Who asked: bot holder or admin.', max_length=200)),
-                ('holder', models.CharField(blank=True, max_length=200)),
-                ('epoch', models.PositiveBigIntegerField(blank=True, null=True)),
-                ('state', models.CharField(choices=[('running', 'Running'), ('completed', 'Completed'), ('timed_out', 'Timed out'), ('failed', 'Failed to run'), ('lost', 'Lost')], default='running', max_length=16)),
-                ('timeout_seconds', models.PositiveIntegerField()),
-                ('exit_code', models.IntegerField(blank=True, null=True)),
-                ('stdout', models.TextField(blank=True)),
-                ('stderr', models.TextField(blank=True)),
-                ('stdout_bytes', models.PositiveBigIntegerField(default=0)),
-                ('stderr_bytes', models.PositiveBigIntegerField(default=0)),
-                ('stdout_truncated', models.BooleanField(default=False)),
-                ('stderr_truncated', models.BooleanField(default=False)),
-                ('error', models.TextField(blank=True)),
-                ('started_at', models.DateTimeField(auto_now_add=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('duration_ms', models.PositiveIntegerField(blank=True, null=True)),
-                ('sandbox', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='execs', to='sandboxes.sandbox')),
+                (
+                    "id",
+                    models.UUIDField(
+                        default=uuid.uuid4, editable=False, primary_key=True, serialize=False
+                    ),
+                ),
+                ("session", models.CharField(default="default", max_length=64)),
+                ("command", models.JSONField(help_text="argv list, or a shell string")),
+                ("cwd", models.CharField(max_length=1024)),
+                ("env", models.JSONField(blank=True, default=dict)),
+                ("background", models.BooleanField(default=False)),
+                (
+                    "actor",
+                    models.CharField(help_text="Who asked: bot holder or admin.", max_length=200),
+                ),
+                ("holder", models.CharField(blank=True, max_length=200)),
+                ("epoch", models.PositiveBigIntegerField(blank=True, null=True)),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("running", "Running"),
+                            ("completed", "Completed"),
+                            ("timed_out", "Timed out"),
+                            ("failed", "Failed to run"),
+                            ("lost", "Lost"),
+                        ],
+                        default="running",
+                        max_length=16,
+                    ),
+                ),
+                ("timeout_seconds", models.PositiveIntegerField()),
+                ("exit_code", models.IntegerField(blank=True, null=True)),
+                ("stdout", models.TextField(blank=True)),
+                ("stderr", models.TextField(blank=True)),
+                ("stdout_bytes", models.PositiveBigIntegerField(default=0)),
+                ("stderr_bytes", models.PositiveBigIntegerField(default=0)),
+                ("stdout_truncated", models.BooleanField(default=False)),
+                ("stderr_truncated", models.BooleanField(default=False)),
+                ("error", models.TextField(blank=True)),
+                ("started_at", models.DateTimeField(auto_now_add=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                ("duration_ms", models.PositiveIntegerField(blank=True, null=True)),
+                (
+                    "sandbox",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="execs",
+                        to="sandboxes.sandbox",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-started_at'],
+                "ordering": ["-started_at"],
             },
         ),
         migrations.CreateModel(
-            name='Event',
+            name="Event",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('actor', models.CharField(max_length=200)),
-                ('action', models.CharField(max_length=64)),
-                ('reason', models.CharField(blank=True, max_length=200)),
-                ('detail', models.JSONField(blank=True, default=dict)),
-                ('created_at', models.DateTimeField(auto_now_add=True, db_index=True)),
-                ('pipeline', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='events', to='pipelines.pipeline')),
-                ('sandbox', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='events', to='sandboxes.sandbox')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("actor", models.CharField(max_length=200)),
+                ("action", models.CharField(max_length=64)),
+                ("reason", models.CharField(blank=True, max_length=200)),
+                ("detail", models.JSONField(blank=True, default=dict)),
+                ("created_at", models.DateTimeField(auto_now_add=True, db_index=True)),
+                (
+                    "pipeline",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="events",
+                        to="pipelines.pipeline",
+                    ),
+                ),
+                (
+                    "sandbox",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="events",
+                        to="sandboxes.sandbox",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.AddIndex(
-            model_name='sandbox',
-            index=models.Index(fields=['state'], name='sandboxes_s_state_c37bee_idx'),
+            model_name="sandbox",
+            index=models.Index(fields=["state"], name="sandboxes_s_state_c37bee_idx"),
         ),
         migrations.AddIndex(
-            model_name='sandbox',
-            index=models.Index(fields=['pipeline', 'state'], name='sandboxes_s_pipelin_1def19_idx'),
+            model_name="sandbox",
+            index=models.Index(fields=["pipeline", "state"], name="sandboxes_s_pipelin_1def19_idx"),
         ),
         migrations.AddConstraint(
-            model_name='sandbox',
-            constraint=models.UniqueConstraint(condition=models.Q(('state', 'destroyed'), _negated=True), fields=('pipeline', 'scope_key'), name='one_live_sandbox_per_scope_key'),
+            model_name="sandbox",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("state", "destroyed"), _negated=True),
+                fields=("pipeline", "scope_key"),
+                name="one_live_sandbox_per_scope_key",
+            ),
         ),
         migrations.AddIndex(
-            model_name='exec',
-            index=models.Index(fields=['sandbox', '-started_at'], name='sandboxes_e_sandbox_e376c9_idx'),
+            model_name="exec",
+            index=models.Index(
+                fields=["sandbox", "-started_at"], name="sandboxes_e_sandbox_e376c9_idx"
+            ),
         ),
     ]

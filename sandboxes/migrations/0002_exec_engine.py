@@ -5,41 +5,67 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('sandboxes', '0001_initial'),
+        ("sandboxes", "0001_initial"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='exec',
-            name='session_restarted',
-            field=models.BooleanField(default=False, help_text='The command ended its shell; the session was started again.'),
+            model_name="exec",
+            name="session_restarted",
+            field=models.BooleanField(
+                default=False,
+                help_text="The command ended its shell; the session was started again.",
+            ),
         ),
         migrations.AddField(
-            model_name='sandbox',
-            name='agent',
-            field=models.CharField(blank=True, help_text='Digest of the agent in its container; empty: none.', max_length=64),
+            model_name="sandbox",
+            name="agent",
+            field=models.CharField(
+                blank=True,
+                help_text="Digest of the agent in its container; empty: none.",
+                max_length=64,
+            ),
         ),
         migrations.AlterField(
-            model_name='exec',
-            name='state',
-            field=models.CharField(choices=[('running', 'Running'), ('completed', 'Completed'), ('timed_out', 'Timed out'), ('failed', 'Failed to run'), ('killed', 'Killed'), ('lost', 'Lost')], default='running', max_length=16),
+            model_name="exec",
+            name="state",
+            field=models.CharField(
+                choices=[
+                    ("running", "Running"),
+                    ("completed", "Completed"),
+                    ("timed_out", "Timed out"),
+                    ("failed", "Failed to run"),
+                    ("killed", "Killed"),
+                    ("lost", "Lost"),
+                ],
+                default="running",
+                max_length=16,
+            ),
         ),
         migrations.CreateModel(
-            name='ShellSession',
+            name="ShellSession",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('name', models.CharField(max_length=64)),
-                ('cwd', models.CharField(default='/workspace', max_length=1024)),
-                ('env', models.JSONField(blank=True, default=dict)),
-                ('actor', models.CharField(max_length=200)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('sandbox', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='sessions', to='sandboxes.sandbox')),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("name", models.CharField(max_length=64)),
+                ("cwd", models.CharField(default="/workspace", max_length=1024)),
+                ("env", models.JSONField(blank=True, default=dict)),
+                ("actor", models.CharField(max_length=200)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "sandbox",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="sessions",
+                        to="sandboxes.sandbox",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['name'],
-                'constraints': [models.UniqueConstraint(fields=('sandbox', 'name'), name='one_session_per_name')],
+                "ordering": ["name"],
+                "constraints": [
+                    models.UniqueConstraint(fields=("sandbox", "name"), name="one_session_per_name")
+                ],
             },
         ),
     ]

@@ -16,82 +16,122 @@ def set_idle_deadlines(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('pipelines', '0004_lifecycle'),
-        ('sandboxes', '0002_exec_engine'),
+        ("pipelines", "0004_lifecycle"),
+        ("sandboxes", "0002_exec_engine"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='sandbox',
-            name='destroy_requested',
-            field=models.BooleanField(default=False, help_text='The stop in progress also deletes the workspace.'),
+            model_name="sandbox",
+            name="destroy_requested",
+            field=models.BooleanField(
+                default=False, help_text="The stop in progress also deletes the workspace."
+            ),
         ),
         migrations.AddField(
-            model_name='sandbox',
-            name='health_failures',
+            model_name="sandbox",
+            name="health_failures",
             field=models.PositiveIntegerField(default=0),
         ),
         migrations.AddField(
-            model_name='sandbox',
-            name='idle_deadline',
-            field=models.DateTimeField(blank=True, help_text='Reaped for idleness after this (activity moves it).', null=True),
+            model_name="sandbox",
+            name="idle_deadline",
+            field=models.DateTimeField(
+                blank=True,
+                help_text="Reaped for idleness after this (activity moves it).",
+                null=True,
+            ),
         ),
         migrations.AddField(
-            model_name='sandbox',
-            name='pooled',
-            field=models.BooleanField(default=False, help_text='Started ahead in the warm pool, not yet claimed by a scope key.'),
+            model_name="sandbox",
+            name="pooled",
+            field=models.BooleanField(
+                default=False,
+                help_text="Started ahead in the warm pool, not yet claimed by a scope key.",
+            ),
         ),
         migrations.AddField(
-            model_name='sandbox',
-            name='profile',
-            field=models.CharField(blank=True, help_text='Digest of the pipeline profile it was made with.', max_length=64),
+            model_name="sandbox",
+            name="profile",
+            field=models.CharField(
+                blank=True,
+                help_text="Digest of the pipeline profile it was made with.",
+                max_length=64,
+            ),
         ),
         migrations.AlterField(
-            model_name='sandbox',
-            name='expires_at',
-            field=models.DateTimeField(blank=True, help_text='Absolute end of this run (TTL), from its start.', null=True),
+            model_name="sandbox",
+            name="expires_at",
+            field=models.DateTimeField(
+                blank=True, help_text="Absolute end of this run (TTL), from its start.", null=True
+            ),
         ),
         migrations.AddIndex(
-            model_name='sandbox',
-            index=models.Index(fields=['state', 'idle_deadline'], name='sandboxes_s_state_2f15d8_idx'),
+            model_name="sandbox",
+            index=models.Index(
+                fields=["state", "idle_deadline"], name="sandboxes_s_state_2f15d8_idx"
+            ),
         ),
         migrations.AddIndex(
-            model_name='sandbox',
-            index=models.Index(fields=['state', 'expires_at'], name='sandboxes_s_state_31c9d1_idx'),
+            model_name="sandbox",
+            index=models.Index(fields=["state", "expires_at"], name="sandboxes_s_state_31c9d1_idx"),
         ),
         migrations.AddIndex(
-            model_name='sandbox',
-            index=models.Index(fields=['pipeline', 'pooled', 'state'], name='sandboxes_s_pipelin_06b243_idx'),
+            model_name="sandbox",
+            index=models.Index(
+                fields=["pipeline", "pooled", "state"], name="sandboxes_s_pipelin_06b243_idx"
+            ),
         ),
         migrations.CreateModel(
-            name='PeriodicJob',
+            name="PeriodicJob",
             fields=[
-                ('name', models.CharField(max_length=64, primary_key=True, serialize=False)),
-                ('holder', models.CharField(blank=True, help_text='The run holding the lock.', max_length=64)),
-                ('running_until', models.DateTimeField(blank=True, help_text='The lock lapses then, should its run die holding it.', null=True)),
-                ('last_started_at', models.DateTimeField(blank=True, null=True)),
-                ('last_finished_at', models.DateTimeField(blank=True, null=True)),
-                ('last_result', models.JSONField(blank=True, default=dict)),
-                ('last_error', models.TextField(blank=True)),
+                ("name", models.CharField(max_length=64, primary_key=True, serialize=False)),
+                (
+                    "holder",
+                    models.CharField(
+                        blank=True, help_text="The run holding the lock.", max_length=64
+                    ),
+                ),
+                (
+                    "running_until",
+                    models.DateTimeField(
+                        blank=True,
+                        help_text="The lock lapses then, should its run die holding it.",
+                        null=True,
+                    ),
+                ),
+                ("last_started_at", models.DateTimeField(blank=True, null=True)),
+                ("last_finished_at", models.DateTimeField(blank=True, null=True)),
+                ("last_result", models.JSONField(blank=True, default=dict)),
+                ("last_error", models.TextField(blank=True)),
             ],
         ),
-    
         migrations.CreateModel(
-            name='MetricTotal',
+            name="MetricTotal",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=64)),
-                ('pipeline', models.CharField(blank=True, help_text="The pipeline's slug.", max_length=50)),
-                ('label', models.CharField(blank=True, max_length=64)),
-                ('value', models.FloatField(default=0)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=64)),
+                (
+                    "pipeline",
+                    models.CharField(blank=True, help_text="The pipeline's slug.", max_length=50),
+                ),
+                ("label", models.CharField(blank=True, max_length=64)),
+                ("value", models.FloatField(default=0)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('name', 'pipeline', 'label'), name='one_total_per_series')],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("name", "pipeline", "label"), name="one_total_per_series"
+                    )
+                ],
             },
         ),
-    
         migrations.RunPython(set_idle_deadlines, migrations.RunPython.noop),
     ]

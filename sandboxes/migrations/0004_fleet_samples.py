@@ -4,26 +4,35 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('sandboxes', '0003_lifecycle'),
+        ("sandboxes", "0003_lifecycle"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='FleetSample',
+            name="FleetSample",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('at', models.DateTimeField(db_index=True)),
-                ('pipeline', models.CharField(blank=True, max_length=50)),
-                ('live', models.JSONField(default=dict, help_text='state → sandboxes')),
-                ('created', models.PositiveBigIntegerField(default=0)),
-                ('reused', models.PositiveBigIntegerField(default=0)),
-                ('cleaned', models.JSONField(default=dict, help_text='stop reason → running total')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("at", models.DateTimeField(db_index=True)),
+                ("pipeline", models.CharField(blank=True, max_length=50)),
+                ("live", models.JSONField(default=dict, help_text="state → sandboxes")),
+                ("created", models.PositiveBigIntegerField(default=0)),
+                ("reused", models.PositiveBigIntegerField(default=0)),
+                (
+                    "cleaned",
+                    models.JSONField(default=dict, help_text="stop reason → running total"),
+                ),
             ],
             options={
-                'ordering': ['at'],
-                'indexes': [models.Index(fields=['pipeline', 'at'], name='sandboxes_f_pipelin_3750b7_idx')],
+                "ordering": ["at"],
+                "indexes": [
+                    models.Index(fields=["pipeline", "at"], name="sandboxes_f_pipelin_3750b7_idx")
+                ],
             },
         ),
     ]

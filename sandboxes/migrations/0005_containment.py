@@ -4,20 +4,26 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('sandboxes', '0004_fleet_samples'),
+        ("sandboxes", "0004_fleet_samples"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='exec',
-            name='oom_killed',
-            field=models.BooleanField(default=False, help_text="The kernel killed it for want of memory (the sandbox's limit)."),
+            model_name="exec",
+            name="oom_killed",
+            field=models.BooleanField(
+                default=False,
+                help_text="The kernel killed it for want of memory (the sandbox's limit).",
+            ),
         ),
         migrations.AddField(
-            model_name='sandbox',
-            name='workspace_limit_bytes',
-            field=models.BigIntegerField(blank=True, help_text="The size of the workspace's disk; empty: a workspace made before workspaces had disks, on which no limit is enforced.", null=True),
+            model_name="sandbox",
+            name="workspace_limit_bytes",
+            field=models.BigIntegerField(
+                blank=True,
+                help_text="The size of the workspace's disk; empty: a workspace made before workspaces had disks, on which no limit is enforced.",
+                null=True,
+            ),
         ),
     ]

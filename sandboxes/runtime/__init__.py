@@ -7,7 +7,9 @@ tests can use a fake while behaviour tests use the real engine.
 Conventions every implementation keeps:
 - every container and volume carries the labels of `labels_for()`;
 - "already gone" is success for removals;
-- engine trouble surfaces as `RuntimeUnavailable` (cannot reach it) or `RuntimeFailure`.
+- engine trouble surfaces as `RuntimeUnavailable` (cannot reach it) or `RuntimeFailure` and
+  its refinements (`ContainerGone`, `ImageMissing`, `ExecDeadlineExceeded`), all from
+  `boxyard.errors`.
 """
 
 from collections.abc import Iterable, Iterator
@@ -209,8 +211,14 @@ class Runtime(Protocol):
         ...
 
     def open_terminal(
-        self, container: str, argv: list[str], *, env: dict[str, str] | None = None,
-        cols: int = 80, rows: int = 24, user: str | None = None,
+        self,
+        container: str,
+        argv: list[str],
+        *,
+        env: dict[str, str] | None = None,
+        cols: int = 80,
+        rows: int = 24,
+        user: str | None = None,
     ) -> "Terminal":
         """Start argv on a pseudo-terminal in the container: one raw byte stream each way."""
         ...
@@ -325,26 +333,3 @@ def set_runtime(runtime: Runtime | None) -> None:
     """Swap the runtime (tests with a fake); None restores the Docker Engine."""
     global _override
     _override = runtime
-
-
-# The runtime's own errors, refinements of the project-wide tree.
-from boxyard.errors import RuntimeFailure  # noqa: E402
-
-
-class ContainerGone(RuntimeFailure):
-    """The container is not there (removed from outside, or never created)."""
-
-    code = "container_gone"
-    status = 409
-
-
-class ImageMissing(RuntimeFailure):
-    code = "image_missing"
-    status = 400
-
-
-class ExecDeadlineExceeded(RuntimeFailure):
-    """The engine kept an exec's stream open past the deadline we allowed it."""
-
-    code = "exec_deadline"
-    status = 504

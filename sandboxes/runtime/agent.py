@@ -20,7 +20,15 @@ from typing import Any
 
 from django.conf import settings
 
-from boxyard.errors import BoxyardError, Conflict, InvalidInput, NotFound, RuntimeFailure
+from boxyard.errors import (
+    AgentGone,
+    AgentTimeout,
+    BoxyardError,
+    Conflict,
+    InvalidInput,
+    NotFound,
+    RuntimeFailure,
+)
 from sandboxes.runtime import AGENT_PATH, ROOT, get_runtime
 from sandboxes.runtime.streams import LineBuffer, LineTooLong
 
@@ -34,18 +42,6 @@ _STDERR_KEPT = 4096
 _SLOW_SECONDS = 0.05
 
 
-class AgentGone(RuntimeFailure):
-    """The channel to a sandbox's agent broke (the container stopped, or the agent died)."""
-
-    code = "agent_unavailable"
-    status = 502
-
-
-class AgentTimeout(RuntimeFailure):
-    code = "agent_timeout"
-    status = 504
-
-
 def _agent_error(message: dict[str, Any]) -> BoxyardError:
     code = message.get("code", "internal")
     text = str(message.get("error") or "the sandbox agent refused the request")
@@ -57,7 +53,7 @@ def _agent_error(message: dict[str, Any]) -> BoxyardError:
         error = InvalidInput("request", text)
     else:
         error = RuntimeFailure(f"the sandbox agent failed: {text}")
-    error.agent_code = code  # type: ignore[attr-defined]
+    error.agent_code = code  # type: ignore[attr-defined]  # the agent's own code, for debugging
     return error
 
 
@@ -114,7 +110,9 @@ class AgentChannel:
             self._duplex.send(line.encode() + b"\n")
         except OSError as error:
             self._fail(f"cannot write to the agent: {error}")
-        if on_slow is not None and not pending.event.wait(min(_SLOW_SECONDS, deadline or _SLOW_SECONDS)):
+        if on_slow is not None and not pending.event.wait(
+            min(_SLOW_SECONDS, deadline or _SLOW_SECONDS)
+        ):
             on_slow()
         if not pending.event.wait(deadline):
             with self._lock:
@@ -160,7 +158,7 @@ class AgentChannel:
                     del line  # a long answer is not kept while the channel waits for the next
         except LineTooLong:
             log.warning("the agent of %s sent a line over %d bytes", self.container[:12], _MAX_LINE)
-        except Exception:  # noqa: BLE001 - whatever broke the stream, the channel is over
+        except Exception:
             log.exception("agent channel to %s failed", self.container[:12])
         finally:
             if lines.buffered and len(self._stderr) < _STDERR_KEPT:
@@ -186,7 +184,7 @@ class AgentChannel:
             if subscriber is not None:
                 try:
                     subscriber(message)
-                except Exception:  # noqa: BLE001 - a subscriber's bug must not kill the channel
+                except Exception:
                     log.exception("agent subscriber failed")
             return
         with self._lock:
@@ -208,7 +206,7 @@ class AgentChannel:
         for subscriber in subscribers.values():
             try:
                 subscriber({"event": "gone", "reason": reason})
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.exception("agent subscriber failed")
         self._duplex.close()
 
@@ -275,7 +273,7 @@ def prepare(container: str) -> None:
             channel(container)
         except BoxyardError:
             pass
-        except Exception:  # noqa: BLE001 - a helper thread must never take the process down
+        except Exception:
             log.exception("opening the agent channel to %s failed", container[:12])
 
     threading.Thread(target=open_quietly, name=f"agent-open-{container[:12]}", daemon=True).start()

@@ -84,7 +84,7 @@ class ResumingEvents:
                     seen_at_cursor.add(key)
                     early_ends = 0
                     yield event
-            except Exception as error:  # noqa: BLE001 - whatever broke the window, the next
+            except Exception as error:
                 # clock reading tells whether the engine is still there
                 log.debug("an engine event window broke: %s", error)
             finally:
@@ -97,7 +97,7 @@ class ResumingEvents:
                 early_ends += 1
                 if early_ends >= _EARLY_ENDS:
                     raise RuntimeUnavailable("the engine keeps dropping its event stream")
-                self._closed.wait(_EARLY_WAIT_SECONDS * 2 ** early_ends)
+                self._closed.wait(_EARLY_WAIT_SECONDS * 2**early_ends)
             else:
                 early_ends = 0
 
@@ -126,7 +126,7 @@ def parse_clock(text: str) -> int:
     nanoseconds; ValueError if it is not that."""
     head, dot, rest = text.partition(".")
     digits = rest[: len(rest) - len(rest.lstrip("0123456789"))] if dot else ""
-    offset = (rest[len(digits):] if dot else head[19:]) or "Z"
+    offset = (rest[len(digits) :] if dot else head[19:]) or "Z"
     moment = datetime.fromisoformat(head[:19] + ("+00:00" if offset == "Z" else offset))
     return int(moment.timestamp()) * _NS + int((digits + "0" * 9)[:9])
 

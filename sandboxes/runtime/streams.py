@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 
-from sandboxes.runtime import ExecDeadlineExceeded
+from boxyard.errors import ExecDeadlineExceeded
 
 STDOUT, STDERR = 1, 2
 _CHUNK = 64 * 1024
@@ -70,7 +70,9 @@ def frames(sock: socket.socket, deadline: float | None) -> Iterator[tuple[int, b
         try:
             data = sock.recv(_CHUNK)
         except TimeoutError:
-            raise ExecDeadlineExceeded("the command's output stream went silent for too long")
+            raise ExecDeadlineExceeded(
+                "the command's output stream went silent for too long"
+            ) from None
         if not data:
             return
         yield from reader.feed(data)

@@ -1,14 +1,18 @@
 """Sandbox operations: one function per operation, called by every entry point.
 
-The API views, the dashboard views, the websocket consumers and the Celery tasks all call
-these; none of them writes a business rule of its own.
+The API views, the dashboard views, the websocket consumers, the Celery tasks and the
+management commands all call these; none of them writes a business rule of its own. A change
+goes through the guard (`sandboxes.guard`) and a change of state through the lifecycle
+(`sandboxes.lifecycle`).
 """
 
 from boxyard.actors import SYSTEM, Actor
-from sandboxes.services.closing import close_sandbox
+from sandboxes.services.closing import close_later, close_sandbox
+from sandboxes.services.compute import RunResult, run_code
 from sandboxes.services.execs import (
     clean_request,
     exec_chunks,
+    exec_events,
     exec_output,
     kill_exec,
     run_exec,
@@ -16,18 +20,21 @@ from sandboxes.services.execs import (
     wait_exec,
 )
 from sandboxes.services.files import (
+    decoded_contents,
     delete_file,
     list_files,
     open_file_stream,
     read_file,
+    workspace_path,
     write_file,
 )
-from sandboxes.services.lease_ops import keep_alive, release_lease, renew_lease, takeover_lease
+from sandboxes.services.leases import keep_alive, release_lease, renew_lease, takeover_lease
 from sandboxes.services.opening import Opened, boot, open_sandbox, restart_sandbox
 from sandboxes.services.processes import (
     list_processes,
     read_output,
     restart_process,
+    stdin_bytes,
     write_stdin,
 )
 from sandboxes.services.resetting import ResetResult, reset_sandbox
@@ -39,20 +46,24 @@ __all__ = [
     "Actor",
     "Opened",
     "ResetResult",
+    "RunResult",
     "WorkspaceUsage",
     "boot",
     "clean_request",
+    "close_later",
     "close_sandbox",
     "create_session",
+    "decoded_contents",
     "delete_file",
     "delete_session",
     "exec_chunks",
+    "exec_events",
     "exec_output",
     "keep_alive",
     "kill_exec",
-    "list_sessions",
     "list_files",
     "list_processes",
+    "list_sessions",
     "open_file_stream",
     "open_sandbox",
     "read_file",
@@ -62,11 +73,14 @@ __all__ = [
     "reset_sandbox",
     "restart_process",
     "restart_sandbox",
+    "run_code",
     "run_exec",
+    "stdin_bytes",
     "subscribe",
     "takeover_lease",
     "wait_exec",
+    "workspace_path",
+    "workspace_usage",
     "write_file",
     "write_stdin",
-    "workspace_usage",
 ]

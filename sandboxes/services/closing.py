@@ -7,15 +7,17 @@ engine work is done and the final state recorded. A crash between the two leaves
 says what was meant, and the reconciler finishes it (`finish_stop` is idempotent).
 """
 
-from django.db import transaction
-from django.db.models.functions import Now
+from collections.abc import Sequence
+from uuid import UUID
 
 from boxyard import chaos
 from boxyard.actors import Actor
-from boxyard.errors import BoxyardError, InvalidState
-from sandboxes import metrics
-from sandboxes.models import Lease, Sandbox, State, StopReason
-from sandboxes.services import containers, events, leases
+from boxyard.errors import BoxyardError
+from sandboxes import lifecycle
+from sandboxes.guard import LIVE, acting_on, authorize
+from sandboxes.models import Sandbox, State, StopReason
+from sandboxes.services import containers
+from sandboxes.services.background import DESTROY, later
 
 
 def close_sandbox(
@@ -31,37 +33,37 @@ def close_sandbox(
     """Destroy the container; keep the workspace (state stopped) or delete it (destroyed).
 
     A kept workspace keeps the scope key: the next open of the key starts a new container on
-    it. `force` skips the lease (admins, reaper).
+    it. `force` skips the lease (admins, the reaper, compute mode).
     """
-    with transaction.atomic():
-        sandbox = Sandbox.objects.locked().get(pk=sandbox.pk)
-        if sandbox.state == State.DESTROYED:
-            raise InvalidState("the sandbox is already destroyed", state=sandbox.state)
-        if not force:
-            leases.authorize(
-                sandbox, leases.clean_holder(holder, sandbox), leases.clean_epoch(epoch), actor
-            )
+    with acting_on(
+        sandbox, actor, "close the sandbox", holder=holder, epoch=epoch, states=LIVE,
+        hold_lease=False,
+    ) as acting:  # fmt: skip
+        sandbox = acting.sandbox
         if sandbox.state == State.STOPPED and not delete_workspace:
-            return sandbox
-        previous_state = begin_stop(sandbox, actor, reason, delete_workspace=delete_workspace)
-    return finish_stop(sandbox, actor, undo_to=previous_state)
+            return sandbox  # nothing to do: no lease taken for it either
+        if not force:
+            authorize(sandbox, acting.holder, acting.epoch, actor)
+        was = begin_stop(sandbox, actor, reason, delete_workspace=delete_workspace)
+    return finish_stop(sandbox, actor, undo_to=was)
 
 
-def begin_stop(sandbox: Sandbox, actor: Actor, reason: str, *, delete_workspace: bool) -> str:
-    """Record the intent to stop a row locked by the caller's transaction; returns the state
-    it was in."""
-    previous_state = sandbox.state
-    sandbox.state = State.STOPPING
-    sandbox.stop_reason = reason
-    sandbox.destroy_requested = delete_workspace
-    sandbox.save(update_fields=["state", "stop_reason", "destroy_requested", "updated_at"])
-    events.record(
-        actor, "sandbox.stopping", sandbox=sandbox, reason=reason, delete_workspace=delete_workspace,
+def begin_stop(sandbox: Sandbox, actor: Actor, reason: str, *, delete_workspace: bool) -> State:
+    """Record the intent to stop a row the caller's transaction has locked; returns the
+    state it was in."""
+    was = State(sandbox.state)
+    lifecycle.move(
+        sandbox,
+        lifecycle.BEGIN_STOP,
+        actor,
+        reason=reason,
+        fields={"destroy_requested": delete_workspace},
+        detail={"delete_workspace": delete_workspace},
     )
-    return previous_state
+    return was
 
 
-def finish_stop(sandbox: Sandbox, actor: Actor, *, undo_to: str | None = None) -> Sandbox:
+def finish_stop(sandbox: Sandbox, actor: Actor, *, undo_to: State | None = None) -> Sandbox:
     """Do the engine work of a stop in progress and record its end.
 
     If the engine refuses or cannot be reached, nothing was removed for certain: with
@@ -71,26 +73,26 @@ def finish_stop(sandbox: Sandbox, actor: Actor, *, undo_to: str | None = None) -
     chaos.point("stop:stopping")
     try:
         containers.remove(sandbox, delete_workspace=sandbox.destroy_requested)
-    except BoxyardError:
-        if undo_to is not None:
-            Sandbox.objects.filter(pk=sandbox.pk, state=State.STOPPING).update(
-                state=undo_to, stop_reason="", destroy_requested=False
-            )
+    except BoxyardError as error:
+        if undo_to is not None and undo_to != State.STOPPING:
+            lifecycle.move(sandbox, lifecycle.CANCEL_STOP, actor, to=undo_to, reason=error.message)
         raise
     chaos.point("stop:volume-removed")
-    final = State.DESTROYED if sandbox.destroy_requested else State.STOPPED
-    with transaction.atomic():
-        updated = Sandbox.objects.filter(pk=sandbox.pk, state=State.STOPPING).update(
-            state=final,
-            stopped_at=Now(),
-            destroyed_at=Now() if final == State.DESTROYED else None,
-            container_id="",
-            pooled=False,
-        )
-        Lease.objects.filter(sandbox=sandbox).update(holder="", expires_at=None, taken_over_from="")
-        sandbox.refresh_from_db()
-        if updated:
-            events.record(actor, f"sandbox.{final}", sandbox=sandbox, reason=sandbox.stop_reason)
-    if updated:
-        metrics.count("boxyard_sandboxes_cleaned_total", sandbox.pipeline.slug, sandbox.stop_reason)
+    end = lifecycle.DESTROY if sandbox.destroy_requested else lifecycle.STOP
+    lifecycle.move(sandbox, end, actor, reason=sandbox.stop_reason)
     return sandbox
+
+
+def close_later(
+    sandbox_ids: Sequence[UUID | str], actor: Actor, *, delete_workspace: bool, reason: str
+) -> int:
+    """Have a worker close each of these sandboxes as `actor` (a bulk destroy from the fleet:
+    the rows change as they go); returns how many were queued."""
+    found = list(
+        Sandbox.objects.filter(pk__in=sandbox_ids)
+        .exclude(state=State.DESTROYED)
+        .values_list("pk", flat=True)
+    )
+    for sandbox_id in found:
+        later(DESTROY, str(sandbox_id), delete_workspace, reason, str(actor))
+    return len(found)

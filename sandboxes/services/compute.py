@@ -13,8 +13,8 @@ from pipelines.models import Pipeline, Retention
 from sandboxes.models import Exec, StopReason
 from sandboxes.services import containers, files
 from sandboxes.services.closing import close_sandbox
-from sandboxes.services.execs import clean_request, run_exec
 from sandboxes.services.creating import create_row
+from sandboxes.services.execs import clean_request, run_exec
 
 LANGUAGES = {
     "python": ("main.py", ["python3", "main.py"]),
@@ -62,7 +62,11 @@ def run_code(
     started = time.monotonic()
     with transaction.atomic():
         sandbox = create_row(
-            pipeline, f"run:{uuid.uuid4().hex}", {}, actor, retention=Retention.TEMPORARY,
+            pipeline,
+            f"run:{uuid.uuid4().hex}",
+            {},
+            actor,
+            retention=Retention.TEMPORARY,
             mode="compute",
         )
     try:
@@ -84,7 +88,10 @@ def _clean_files(files_in: object) -> dict[str, str]:
     cleaned = {}
     for path, contents in files_in.items():
         target = files.workspace_path(path, field="files")
-        if posixpath.basename(target) in ("main.py", "main.sh") and posixpath.dirname(target) == "/workspace":
+        if (
+            posixpath.basename(target) in ("main.py", "main.sh")
+            and posixpath.dirname(target) == "/workspace"
+        ):
             raise InvalidInput("files", f"{path} would be replaced by the code to run")
         if not isinstance(contents, str):
             raise InvalidInput(f"files.{path}", "must be text")

@@ -6,6 +6,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable
+from dataclasses import asdict, is_dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -40,7 +41,7 @@ def run_exclusive(name: str, work: Callable[[], T], lock_seconds: float = LOCK_S
     if not taken:
         log.debug("job %s is running elsewhere; skipped", name)
         return None
-    result: Any = None
+    result: object = None
     error = ""
     done = threading.Event()
     keeper = threading.Thread(
@@ -49,7 +50,7 @@ def run_exclusive(name: str, work: Callable[[], T], lock_seconds: float = LOCK_S
     keeper.start()
     try:
         result = work()
-        return result  # type: ignore[no-any-return]
+        return result
     except Exception as failure:
         error = f"{type(failure).__name__}: {failure}"[:2000]
         raise
@@ -78,8 +79,6 @@ def _keep_lock(name: str, token: str, lock_seconds: float, done: threading.Event
 def _jsonable(result: object) -> dict[str, Any]:
     if isinstance(result, dict):
         return result
-    if hasattr(result, "__dataclass_fields__"):
-        from dataclasses import asdict
-
-        return asdict(result)  # type: ignore[call-overload, no-any-return]
+    if is_dataclass(result) and not isinstance(result, type):
+        return asdict(result)
     return {} if result is None else {"result": str(result)}

@@ -18,27 +18,36 @@ from django.db.models import Q
 from boxyard.actors import SYSTEM, Actor
 from boxyard.errors import BoxyardError, QuotaExceeded
 from pipelines.models import Pipeline
+from sandboxes import events
 from sandboxes.models import Sandbox, State, StopReason
-from sandboxes.services import containers, events
+from sandboxes.services import specs
 from sandboxes.services.background import REFILL_POOLS, later
+from sandboxes.services.booting import start
 from sandboxes.services.closing import begin_stop, finish_stop
-from sandboxes.services.creating import create_row, provision_and_start
+from sandboxes.services.creating import create_row
 
 log = logging.getLogger(__name__)
 
 POOL_KEY_PREFIX = "pool:"
 
 
-def claim(pipeline: Pipeline, scope_key: str, variables: dict[str, str], actor: Actor) -> Sandbox | None:
-    """Give the oldest ready pooled sandbox of the pipeline's profile to `scope_key`; None if
-    there is none. Call inside the open's transaction.
+def claim(
+    pipeline: Pipeline, scope_key: str, variables: dict[str, str], profile: str, actor: Actor
+) -> Sandbox | None:
+    """Give the oldest ready pooled sandbox of the pipeline's `profile` (its digest now) to
+    `scope_key`; None if there is none. Call inside the open's transaction.
 
     Raises IntegrityError (from a savepoint of its own) when a concurrent open gave the key
     a sandbox first.
     """
     candidate = (
         Sandbox.objects.select_for_update(skip_locked=True, no_key=True, of=("self",))
-        .filter(pipeline=pipeline, pooled=True, state=State.RUNNING, profile=containers.profile_digest(pipeline))
+        .filter(
+            pipeline=pipeline,
+            pooled=True,
+            state=State.RUNNING,
+            profile=profile,
+        )
         .order_by("created_at")
         .first()
     )
@@ -77,14 +86,16 @@ def refill_pools() -> dict[str, int]:
 
 def refill(pipeline: Pipeline) -> int:
     """One pipeline's pool: returns how many sandboxes it started."""
-    profile = containers.profile_digest(pipeline)
+    profile = specs.profile_digest(pipeline)
     pooled = Sandbox.objects.filter(pipeline=pipeline, pooled=True)
     for stale in pooled.filter(state__in=[State.CREATING, State.RUNNING]).exclude(profile=profile):
         retire(stale, StopReason.ADMIN)  # the pipeline was changed since it was made
     ready = list(
-        pooled.filter(state__in=[State.CREATING, State.RUNNING], profile=profile).order_by("created_at")
+        pooled.filter(state__in=[State.CREATING, State.RUNNING], profile=profile).order_by(
+            "created_at"
+        )
     )
-    for surplus in ready[pipeline.pool_size:]:
+    for surplus in ready[pipeline.pool_size :]:
         retire(surplus, StopReason.ADMIN)  # the pool was made smaller
     missing = pipeline.pool_size - len(ready)
     started = 0
@@ -94,7 +105,7 @@ def refill(pipeline: Pipeline) -> int:
         except QuotaExceeded as error:
             log.info("the pool of %s stops at a quota: %s", pipeline.slug, error)
             break
-        sandbox = provision_and_start(sandbox, SYSTEM, ready_agent=settings.BOXYARD_EMBEDDED_WORKER)
+        sandbox = start(sandbox, SYSTEM, ready_agent=settings.BOXYARD_EMBEDDED_WORKER)
         started += sandbox.state == State.RUNNING
     return started
 
@@ -102,7 +113,11 @@ def refill(pipeline: Pipeline) -> int:
 def _pool_row(pipeline: Pipeline, profile: str) -> Sandbox:
     with transaction.atomic():
         return create_row(
-            pipeline, f"{POOL_KEY_PREFIX}{uuid.uuid4().hex}", {}, SYSTEM, pooled=True,
+            pipeline,
+            f"{POOL_KEY_PREFIX}{uuid.uuid4().hex}",
+            {},
+            SYSTEM,
+            pooled=True,
             profile=profile,
         )
 

@@ -16,15 +16,12 @@ from django.db import transaction
 
 from boxyard.actors import Actor
 from boxyard.errors import BoxyardError, InvalidInput, NotFound
+from boxyard.threads import release_connection
+from sandboxes import events
+from sandboxes.guard import acting_on, require_running
 from sandboxes.models import Sandbox, State
+from sandboxes.runtime import answers
 from sandboxes.runtime.agent import AgentChannel, channel
-from sandboxes.services import events, leases
-from sandboxes.services.execs import (
-    optional_int,
-    release_connection,
-    render_chunks,
-    require_running,
-)
 
 log = logging.getLogger(__name__)
 
@@ -51,24 +48,25 @@ def _start_payload(process: dict[str, Any]) -> dict[str, Any]:
 
 def start_declared(sandbox: Sandbox, agent: AgentChannel | None = None) -> list[dict[str, Any]]:
     """Start the pipeline's processes that are not running in the sandbox (idempotent)."""
-    declared = _declared(sandbox)
-    if not declared or not sandbox.agent:
+    payloads = {name: _start_payload(process) for name, process in _declared(sandbox).items()}
+    if not payloads or not sandbox.agent:
         return []
     agent = agent or channel(sandbox.container_id)
     running = _live(agent)
-    started = []
-    for name, process in declared.items():
-        if name in running and running[name].get("state") not in ("stopped", "exited"):
-            continue
-        started.append(agent.call("process.start", **_start_payload(process)))
-    return started
+    return [
+        agent.call("process.start", **payload)
+        for name, payload in payloads.items()
+        if name not in running or running[name].get("state") in ("stopped", "exited")
+    ]
 
 
 def _live(agent: AgentChannel) -> dict[str, dict[str, Any]]:
     listed = agent.call("process.list").get("processes")
-    return {
-        p["name"]: p for p in listed if isinstance(p, dict) and isinstance(p.get("name"), str)
-    } if isinstance(listed, list) else {}
+    return (
+        {p["name"]: p for p in listed if isinstance(p, dict) and isinstance(p.get("name"), str)}
+        if isinstance(listed, list)
+        else {}
+    )
 
 
 def start_after_boot(sandbox: Sandbox) -> None:
@@ -81,7 +79,9 @@ def start_after_boot(sandbox: Sandbox) -> None:
     except BoxyardError as error:
         log.warning("managed processes of %s did not start: %s", sandbox.pk, error)
         with transaction.atomic():
-            events.record("system", "process.start_failed", sandbox=sandbox, reason=str(error)[:200])
+            events.record(
+                "system", "process.start_failed", sandbox=sandbox, reason=str(error)[:200]
+            )
 
 
 def _agent_for(sandbox: Sandbox, operation: str) -> AgentChannel:
@@ -95,11 +95,11 @@ def _render(info: dict[str, Any], declared: dict[str, Any]) -> dict[str, Any]:
     return {
         "name": declared["name"],
         "state": str(info.get("state", "")),
-        "generation": optional_int(info.get("generation")) or 0,
-        "restarts": optional_int(info.get("restarts")) or 0,
-        "pid": optional_int(info.get("pid")) or None,
-        "last_exit_code": optional_int(info.get("last_exit_code")),
-        "backoff_ms": optional_int(info.get("backoff_ms")) or 0,
+        "generation": answers.optional_int(info.get("generation")) or 0,
+        "restarts": answers.optional_int(info.get("restarts")) or 0,
+        "pid": answers.optional_int(info.get("pid")) or None,
+        "last_exit_code": answers.optional_int(info.get("last_exit_code")),
+        "backoff_ms": answers.optional_int(info.get("backoff_ms")) or 0,
         "cmd": declared["cmd"],
     }
 
@@ -111,8 +111,16 @@ def list_processes(sandbox: Sandbox) -> list[dict[str, Any]]:
         return []
     if sandbox.state != State.RUNNING or not sandbox.agent:
         return [
-            {"name": name, "state": "stopped", "generation": 0, "restarts": 0, "pid": None,
-             "last_exit_code": None, "backoff_ms": 0, "cmd": process["cmd"]}
+            {
+                "name": name,
+                "state": "stopped",
+                "generation": 0,
+                "restarts": 0,
+                "pid": None,
+                "last_exit_code": None,
+                "backoff_ms": 0,
+                "cmd": process["cmd"],
+            }
             for name, process in declared.items()
         ]
     agent = channel(sandbox.container_id)
@@ -124,7 +132,9 @@ def list_processes(sandbox: Sandbox) -> list[dict[str, Any]]:
 def _process(sandbox: Sandbox, name: str, agent: AgentChannel) -> dict[str, Any]:
     declared = _declared(sandbox)
     if name not in declared:
-        raise NotFound(f"pipeline {sandbox.pipeline.slug} declares no process {name!r}", process=name)
+        raise NotFound(
+            f"pipeline {sandbox.pipeline.slug} declares no process {name!r}", process=name
+        )
     start_declared(sandbox, agent)
     for info in agent.call("process.list").get("processes") or []:
         if isinstance(info, dict) and info.get("name") == name:
@@ -133,6 +143,22 @@ def _process(sandbox: Sandbox, name: str, agent: AgentChannel) -> dict[str, Any]
                 "exec": info.get("exec") if isinstance(info.get("exec"), str) else None,
             }
     raise NotFound(f"process {name!r} is not running in this sandbox", process=name)
+
+
+def stdin_bytes(text: object, data_b64: object, *, eof: bool) -> bytes:
+    """What to write, given as text or as base64; nothing at all only with `eof`."""
+    if (text is None) == (data_b64 is None) and not eof:
+        raise InvalidInput("text", "give text or data_b64 (or eof)")
+    if data_b64 is not None:
+        if not isinstance(data_b64, str):
+            raise InvalidInput("data_b64", "must be a base64 string")
+        try:
+            return base64.b64decode(data_b64, validate=True)
+        except ValueError:
+            raise InvalidInput("data_b64", "is not valid base64") from None
+    if text is not None and not isinstance(text, str):
+        raise InvalidInput("text", "must be a string")
+    return (text or "").encode()
 
 
 def write_stdin(
@@ -148,11 +174,8 @@ def write_stdin(
     """Write bytes to the process's stdin (its current run); `eof` closes it after them."""
     if len(data) > MAX_STDIN_BYTES:
         raise InvalidInput("data", f"at most {MAX_STDIN_BYTES} bytes per write")
-    with transaction.atomic():
-        locked = Sandbox.objects.locked().get(pk=sandbox.pk)
-        require_running(locked, "write to a process")
-        leases.authorize(locked, leases.clean_holder(holder, locked), leases.clean_epoch(epoch), actor)
-        locked.record_activity()
+    with acting_on(sandbox, actor, "write to a process", holder=holder, epoch=epoch, activity=True):
+        pass
     agent = _agent_for(sandbox, "write to a process")
     info = _process(sandbox, name, agent)
     if info["state"] != "running" or not info["exec"]:
@@ -182,28 +205,36 @@ def read_output(
     if not 1 <= run <= info["generation"]:
         raise InvalidInput("generation", f"must be between 1 and {info['generation']}")
     answer = agent.call(
-        "output", deadline=wait_seconds + 30, on_slow=release_connection,
-        exec=f"{name}~{run}", since_seq=since_seq,
-        max_bytes=max_bytes or 0, timeout=wait_seconds,
+        "output",
+        deadline=wait_seconds + 30,
+        on_slow=release_connection,
+        exec=f"{name}~{run}",
+        since_seq=since_seq,
+        max_bytes=max_bytes or 0,
+        timeout=wait_seconds,
     )
     return {
         "name": name,
         "generation": run,
         "running": not answer.get("finished"),
-        "exit_code": optional_int(answer.get("exit_code")) if answer.get("finished") else None,
-        "chunks": render_chunks(answer.get("chunks")),
+        "exit_code": answers.optional_int(answer.get("exit_code"))
+        if answer.get("finished")
+        else None,
+        "chunks": answers.chunks(answer.get("chunks")),
     }
 
 
 def restart_process(
-    sandbox: Sandbox, name: str, actor: Actor, *, holder: str | None = None, epoch: int | None = None
+    sandbox: Sandbox,
+    name: str,
+    actor: Actor,
+    *,
+    holder: str | None = None,
+    epoch: int | None = None,
 ) -> dict[str, Any]:
     """Stop the process (TERM, then KILL after 3 s) and start it again at once."""
-    with transaction.atomic():
-        locked = Sandbox.objects.locked().get(pk=sandbox.pk)
-        require_running(locked, "restart a process")
-        leases.authorize(locked, leases.clean_holder(holder, locked), leases.clean_epoch(epoch), actor)
-        events.record(actor, "process.restarted", sandbox=locked, process=name)
+    with acting_on(sandbox, actor, "restart a process", holder=holder, epoch=epoch) as acting:
+        events.record(actor, "process.restarted", sandbox=acting.sandbox, process=name)
     agent = _agent_for(sandbox, "restart a process")
     _process(sandbox, name, agent)
     info = agent.call("process.restart", deadline=60, **_start_payload(_declared(sandbox)[name]))

@@ -13,6 +13,7 @@ for). The time to live applies to all of them.
 
 import logging
 from dataclasses import dataclass, field
+from uuid import UUID
 
 from django.db import transaction
 from django.db.models import Q, QuerySet
@@ -71,7 +72,7 @@ def reap_due(limit: int = 200) -> Reaped:
     return reaped
 
 
-def reap(sandbox_id: object, reason: str) -> bool:
+def reap(sandbox_id: UUID | str, reason: str) -> bool:
     """Stop one sandbox for `reason` if it is still due once its row is locked (a command or
     a lease may have arrived since the scan); True if it was reaped."""
     due = due_for_ttl() if reason == StopReason.TTL else due_for_idle()

@@ -28,11 +28,11 @@ from datetime import datetime, timedelta
 from uuid import UUID
 
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
 from boxyard.actors import SYSTEM
 from boxyard.errors import BoxyardError
+from sandboxes import lifecycle
 from sandboxes.models import Sandbox, State
 from sandboxes.runtime import (
     LABEL_GENERATION,
@@ -43,12 +43,11 @@ from sandboxes.runtime import (
     labels_for,
 )
 from sandboxes.runtime.agent import forget
-from sandboxes.services import containers, events, processes
+from sandboxes.services import containers
+from sandboxes.services.booting import start
 from sandboxes.services.closing import finish_stop
 
 log = logging.getLogger(__name__)
-
-_VOLUME_PREFIX = "by-ws-"
 
 
 @dataclass
@@ -67,8 +66,15 @@ class Reconciled:
 
     def changed(self) -> bool:
         return any(
-            (self.adopted, self.lost, self.booted, self.stops_finished, self.containers_removed,
-             self.volumes_removed, self.disks_removed)
+            (
+                self.adopted,
+                self.lost,
+                self.booted,
+                self.stops_finished,
+                self.containers_removed,
+                self.volumes_removed,
+                self.disks_removed,
+            )
         )
 
 
@@ -165,20 +171,14 @@ def _reconcile_sandbox(
 def _boot_again(row: Sandbox, done: Reconciled) -> None:
     """A create interrupted by a crash: provisioning is idempotent (the container's name is
     deterministic, so one made before the crash is adopted)."""
-    row = containers.provision(row, SYSTEM)
-    if row.state == State.RUNNING:
-        processes.start_after_boot(row)
+    start(row, SYSTEM, ready_agent=False)
     done.booted.append(str(row.pk))
 
 
 def _adopt(row: Sandbox, info: ContainerInfo, done: Reconciled) -> None:
-    with transaction.atomic():
-        updated = Sandbox.objects.filter(
-            pk=row.pk, generation=row.generation, state__in=[State.RUNNING, State.UNKNOWN]
-        ).update(state=State.RUNNING, container_id=info.id, container_name=info.name, status_detail="")
-        if updated:
-            events.record(SYSTEM, "sandbox.adopted", sandbox=row, container=info.name)
-            done.adopted.append(str(row.pk))
+    fields = {"container_id": info.id, "container_name": info.name}
+    if lifecycle.move(row, lifecycle.ADOPT, SYSTEM, fields=fields, detail={"container": info.name}):
+        done.adopted.append(str(row.pk))
 
 
 def _mark_lost(row: Sandbox, done: Reconciled) -> None:
@@ -189,9 +189,11 @@ def _mark_lost(row: Sandbox, done: Reconciled) -> None:
 def _reconcile_volumes(done: Reconciled) -> None:
     runtime = get_runtime()
     names = [
-        name for name in runtime.list_volumes(labels_for()) if name.startswith(_VOLUME_PREFIX)
+        name
+        for name in runtime.list_volumes(labels_for())
+        if name.startswith(lifecycle.VOLUME_PREFIX)
     ]
-    ids = {name: _uuid(name.removeprefix(_VOLUME_PREFIX)) for name in names}
+    ids = {name: _uuid(name.removeprefix(lifecycle.VOLUME_PREFIX)) for name in names}
     states = dict(
         Sandbox.objects.filter(pk__in=[i for i in ids.values() if i]).values_list("pk", "state")
     )

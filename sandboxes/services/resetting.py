@@ -11,11 +11,12 @@ from django.db import transaction
 
 from boxyard.actors import Actor
 from boxyard.errors import BoxyardError, InvalidInput, InvalidState
+from sandboxes import events
+from sandboxes.guard import acting_on
 from sandboxes.models import Sandbox
 from sandboxes.runtime import get_runtime
 from sandboxes.runtime.agent import CONTAINED_SINCE_VERSION, AgentChannel, channel
-from sandboxes.services import events, leases, processes
-from sandboxes.services.execs import require_running
+from sandboxes.services import processes
 
 log = logging.getLogger(__name__)
 
@@ -52,16 +53,11 @@ def reset_sandbox(
     errors (LeaseBusy, TakenOver, StaleEpoch) and InvalidInput (`reason`).
     """
     why = _clean_reason(reason)
-    with transaction.atomic():
-        sandbox = Sandbox.objects.locked().get(pk=sandbox.pk)
-        require_running(sandbox, "reset")
-        if force:
-            acting_as = str(actor)
-        else:
-            acting_as = leases.authorize(
-                sandbox, leases.clean_holder(holder, sandbox), leases.clean_epoch(epoch), actor
-            ).holder
-        sandbox.record_activity()
+    with acting_on(
+        sandbox, actor, "reset", holder=holder, epoch=epoch, hold_lease=not force, activity=True
+    ) as acting:
+        sandbox = acting.sandbox
+        acting_as = acting.lease.holder if acting.lease is not None else str(actor)
     started = time.monotonic()
     agent = _agent(sandbox)
     if agent.version < CONTAINED_SINCE_VERSION:
@@ -70,7 +66,9 @@ def reset_sandbox(
             "is kept)"
         )
     answer = agent.call("reset", deadline=10)
-    killed = answer.get("killed") if isinstance(answer.get("killed"), int) else 0
+    killed = answer.get("killed")
+    if not isinstance(killed, int):
+        killed = 0
     try:
         processes.start_declared(sandbox, agent)
     except BoxyardError as error:  # the agent starts them again itself; this is a safety net
@@ -78,8 +76,13 @@ def reset_sandbox(
     duration_ms = int((time.monotonic() - started) * 1000)
     with transaction.atomic():
         events.record(
-            actor, "sandbox.reset", sandbox=sandbox, reason=why, killed=killed,
-            holder=acting_as, duration_ms=duration_ms,
+            actor,
+            "sandbox.reset",
+            sandbox=sandbox,
+            reason=why,
+            killed=killed,
+            holder=acting_as,
+            duration_ms=duration_ms,
         )
     return ResetResult(sandbox=sandbox, killed=killed, duration_ms=duration_ms)
 
@@ -87,7 +90,11 @@ def reset_sandbox(
 def _clean_reason(reason: object) -> str:
     if reason is None:
         return ""
-    if not isinstance(reason, str) or len(reason) > MAX_REASON or any(ord(ch) < 32 for ch in reason):
+    if (
+        not isinstance(reason, str)
+        or len(reason) > MAX_REASON
+        or any(ord(ch) < 32 for ch in reason)
+    ):
         raise InvalidInput("reason", f"must be at most {MAX_REASON} printable characters")
     return reason.strip()
 

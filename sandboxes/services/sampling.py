@@ -1,6 +1,7 @@
 """Taking the fleet's minute samples (the dashboard's charts) and forgetting old ones."""
 
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
@@ -24,8 +25,12 @@ def sample_fleet() -> int:
     return len(rows)
 
 
-def _sample(at: object, pipeline: str, entry: dict) -> FleetSample:
+def _sample(at: datetime, pipeline: str, entry: dict[str, Any]) -> FleetSample:
     return FleetSample(
-        at=at, pipeline=pipeline, live=entry["sandboxes"], created=entry["created"],
-        reused=entry["reused"], cleaned=entry["cleaned"],
+        at=at,
+        pipeline=pipeline,
+        live=entry["sandboxes"],
+        created=entry["created"],
+        reused=entry["reused"],
+        cleaned=entry["cleaned"],
     )

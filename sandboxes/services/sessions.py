@@ -10,16 +10,12 @@ from django.db import IntegrityError, transaction
 
 from boxyard.actors import Actor
 from boxyard.errors import BoxyardError, Conflict, InvalidInput, InvalidState, NotFound
+from sandboxes import events
+from sandboxes.guard import LIVE, acting_on
 from sandboxes.models import Sandbox, ShellSession, State
 from sandboxes.runtime.agent import channel
 from sandboxes.scripts import WORKSPACE
-from sandboxes.services import events, leases
-from sandboxes.services.execs import (
-    clean_cwd,
-    clean_env,
-    clean_session_name,
-    require_running,
-)
+from sandboxes.services.execs import clean_cwd, clean_env, clean_session_name
 
 MAX_SESSIONS = 32
 
@@ -40,11 +36,9 @@ def create_session(
     start_env = clean_env(env)
     if name == "default":
         raise Conflict("the default session always exists")
-    with transaction.atomic():
-        sandbox = Sandbox.objects.locked().get(pk=sandbox.pk)
-        require_running(sandbox, "create a session")
+    with acting_on(sandbox, actor, "create a session", holder=holder, epoch=epoch) as acting:
+        sandbox = acting.sandbox
         _require_agent(sandbox)
-        leases.authorize(sandbox, leases.clean_holder(holder, sandbox), leases.clean_epoch(epoch), actor)
         if ShellSession.objects.filter(sandbox=sandbox).count() >= MAX_SESSIONS:
             raise Conflict(f"a sandbox has at most {MAX_SESSIONS} sessions besides the default one")
         try:
@@ -100,24 +94,33 @@ def _render(
         "name": name,
         "cwd": live["cwd"] if isinstance(live.get("cwd"), str) else cwd,
         "env": {
-            key: value for key, value in live_env.items()
+            key: value
+            for key, value in live_env.items()
             if isinstance(key, str) and isinstance(value, str)
-        } if isinstance(live_env, dict) else {},
+        }
+        if isinstance(live_env, dict)
+        else {},
         "busy": live.get("busy") is True,
         "started": True,
     }
 
 
 def delete_session(
-    sandbox: Sandbox, name: object, actor: Actor, *, holder: str | None = None, epoch: int | None = None
+    sandbox: Sandbox,
+    name: object,
+    actor: Actor,
+    *,
+    holder: str | None = None,
+    epoch: int | None = None,
 ) -> None:
     """End a session's shell (and whatever runs in it) and forget it."""
     name = clean_session_name(name)
     if name == "default":
         raise InvalidInput("session", "the default session cannot be deleted")
-    with transaction.atomic():
-        sandbox = Sandbox.objects.locked().get(pk=sandbox.pk)
-        leases.authorize(sandbox, leases.clean_holder(holder, sandbox), leases.clean_epoch(epoch), actor)
+    with acting_on(
+        sandbox, actor, "delete a session", holder=holder, epoch=epoch, states=LIVE
+    ) as acting:
+        sandbox = acting.sandbox
         deleted, _ = ShellSession.objects.filter(sandbox=sandbox, name=name).delete()
         if not deleted:
             raise NotFound(f"no shell session {name!r} in this sandbox", session=name)

@@ -6,37 +6,54 @@ of the admin: an exec row in the sandbox's history, open while the terminal is, 
 the end of its transcript; opening and closing it are events; typing in it is activity.
 """
 
+from uuid import UUID
+
 from django.db import transaction
 from django.utils import timezone
 
 from boxyard.actors import Actor
-from boxyard.errors import BoxyardError, InvalidState
+from boxyard.errors import BoxyardError, ContainerGone
+from sandboxes import events
+from sandboxes.guard import acting_on
 from sandboxes.models import Exec, ExecState, Sandbox, State
-from sandboxes.runtime import AGENT_PATH, ROOT, ContainerGone, Terminal, get_runtime
+from sandboxes.runtime import AGENT_PATH, ROOT, Terminal, get_runtime
 from sandboxes.runtime.agent import CONTAINED_SINCE_VERSION, channel
-from sandboxes.services import containers, events, leases
-from sandboxes.services.execs import require_running
+from sandboxes.services import containers
 
 # The sandbox's own shell: bash where the image has it.
 SHELL = ["/bin/sh", "-c", "if [ -x /bin/bash ]; then exec /bin/bash -i; else exec /bin/sh -i; fi"]
 MAX_SIZE = 500
 
 
-def open_terminal(sandbox: Sandbox, actor: Actor, *, cols: int = 100, rows: int = 30) -> tuple[Terminal, Exec]:
+def open_terminal(
+    sandbox: Sandbox, actor: Actor, *, cols: int | None = 100, rows: int | None = 30
+) -> tuple[Terminal, Exec]:
     """The terminal and its record. Raises LeaseBusy or TakenOver (take the sandbox over
     first), InvalidState (not running) and the runtime's errors."""
     cols, rows = _size(cols, rows)
-    with transaction.atomic():
-        locked = Sandbox.objects.locked().get(pk=sandbox.pk)
-        require_running(locked, "open a terminal")
-        lease = leases.authorize(locked, str(actor), None, actor)
+    with acting_on(sandbox, actor, "open a terminal", holder=str(actor)) as acting:
+        locked, lease = acting.sandbox, acting.lease
+        assert lease is not None
         record = Exec.objects.create(
-            sandbox=locked, session="terminal", command="terminal", cwd="/workspace", env={},
-            background=True, actor=str(actor), holder=lease.holder, epoch=lease.epoch, timeout_seconds=0,
+            sandbox=locked,
+            session="terminal",
+            command="terminal",
+            cwd="/workspace",
+            env={},
+            background=True,
+            actor=str(actor),
+            holder=lease.holder,
+            epoch=lease.epoch,
+            timeout_seconds=0,
         )
         events.record(actor, "terminal.opened", sandbox=locked, exec=str(record.pk))
         locked.record_activity(force=True)
-    env = {"TERM": "xterm-256color", "HOME": "/workspace", "LANG": "C.UTF-8", **(locked.pipeline.env or {})}
+    env = {
+        "TERM": "xterm-256color",
+        "HOME": "/workspace",
+        "LANG": "C.UTF-8",
+        **(locked.pipeline.env or {}),
+    }
     argv, user = SHELL, None
     if _contained(locked):
         # The agent runs the shell as the sandbox user, and everything it starts ends with it.
@@ -46,9 +63,8 @@ def open_terminal(sandbox: Sandbox, actor: Actor, *, cols: int = 100, rows: int 
             locked.container_id, argv, env=env, cols=cols, rows=rows, user=user
         )
     except ContainerGone as error:
-        containers.mark_gone(locked, error, actor)
         _end(record, ExecState.FAILED, b"", None, str(error))
-        raise InvalidState("the sandbox's container is gone; open the sandbox again", state=State.UNKNOWN) from error
+        raise containers.gone(locked, error, actor) from error
     return terminal, record
 
 
@@ -67,7 +83,7 @@ def close_terminal(record: Exec, terminal: Terminal, transcript: bytes, actor: A
         events.record(actor, "terminal.closed", sandbox=sandbox, exec=str(record.pk))
 
 
-def typed(sandbox_id: object) -> None:
+def typed(sandbox_id: UUID | str) -> None:
     """Typing in a terminal is activity (stamped at most about once a second)."""
     sandbox = Sandbox.objects.select_related("pipeline").filter(pk=sandbox_id).first()
     if sandbox is not None and sandbox.state == State.RUNNING:
@@ -75,11 +91,19 @@ def typed(sandbox_id: object) -> None:
 
 
 def _end(record: Exec, state: str, transcript: bytes, exit_code: int | None, error: str) -> None:
-    limit = Sandbox.objects.select_related("pipeline").get(pk=record.sandbox_id).pipeline.output_limit_bytes
+    limit = (
+        Sandbox.objects.select_related("pipeline")
+        .get(pk=record.sandbox_id)
+        .pipeline.output_limit_bytes
+    )
     tail = transcript[-limit:]
     Exec.objects.filter(pk=record.pk, state=ExecState.RUNNING).update(
-        state=state, exit_code=exit_code, stdout=tail.decode("utf-8", errors="replace"),
-        stdout_bytes=len(transcript), stdout_truncated=len(transcript) > len(tail), error=error[:2000],
+        state=state,
+        exit_code=exit_code,
+        stdout=tail.decode("utf-8", errors="replace"),
+        stdout_bytes=len(transcript),
+        stdout_truncated=len(transcript) > len(tail),
+        error=error[:2000],
         finished_at=timezone.now(),
         duration_ms=int((timezone.now() - record.started_at).total_seconds() * 1000),
     )
@@ -97,6 +121,10 @@ def _contained(sandbox: Sandbox) -> bool:
 
 def _size(cols: object, rows: object) -> tuple[int, int]:
     def clamp(value: object, default: int) -> int:
-        return max(1, min(MAX_SIZE, value)) if isinstance(value, int) and not isinstance(value, bool) else default
+        return (
+            max(1, min(MAX_SIZE, value))
+            if isinstance(value, int) and not isinstance(value, bool)
+            else default
+        )
 
     return clamp(cols, 100), clamp(rows, 30)

@@ -59,7 +59,9 @@ def handle(event: ContainerEvent) -> bool:
     sandbox = (
         Sandbox.objects.select_related("pipeline")
         .filter(
-            pk=sandbox_id, generation=int(generation), container_id=event.container_id,
+            pk=sandbox_id,
+            generation=int(generation),
+            container_id=event.container_id,
             state__in=[State.RUNNING, State.UNKNOWN],
         )
         .first()

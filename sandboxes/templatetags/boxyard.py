@@ -1,4 +1,4 @@
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from django import template
 
@@ -10,4 +10,4 @@ def unixtime(value: object) -> datetime | None:
     """Seconds since the epoch (a file's mtime in the sandbox) as an aware datetime."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return datetime.fromtimestamp(value, tz=timezone.utc)
+    return datetime.fromtimestamp(value, tz=UTC)

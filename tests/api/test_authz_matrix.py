@@ -12,7 +12,6 @@ document, so a new route cannot be added without joining this matrix.
 
 import base64
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
@@ -59,58 +58,79 @@ ROUTES: list[Route] = [
     Route("GET", "/sandboxes/{sandbox_id}"),
     Route("DELETE", "/sandboxes/{sandbox_id}", query={"delete_workspace": "true"}),
     Route(
-        "POST", "/sandboxes/{sandbox_id}/exec",
-        {"cmd": ["sh", "-c", f"echo pwned > /workspace/{NOTES}"], "holder": "{holder}",
-         "epoch": "{epoch}"},
+        "POST",
+        "/sandboxes/{sandbox_id}/exec",
+        {
+            "cmd": ["sh", "-c", f"echo pwned > /workspace/{NOTES}"],
+            "holder": "{holder}",
+            "epoch": "{epoch}",
+        },
     ),
     Route("GET", "/sandboxes/{sandbox_id}/execs/{exec_id}"),
     Route("GET", "/sandboxes/{sandbox_id}/execs/{exec_id}/output", query={"since_seq": 0}),
     Route("GET", "/sandboxes/{sandbox_id}/execs/{exec_id}/stream", query={"since_seq": 0}),
     Route("POST", "/sandboxes/{sandbox_id}/execs/{exec_id}/wait", {"timeout_seconds": 0}),
     Route(
-        "POST", "/sandboxes/{sandbox_id}/execs/{exec_id}/kill",
+        "POST",
+        "/sandboxes/{sandbox_id}/execs/{exec_id}/kill",
         {"holder": "{holder}", "epoch": "{epoch}"},
     ),
     Route(
-        "PUT", "/sandboxes/{sandbox_id}/files",
-        {"path": NOTES, "contents": "pwned", "overwrite": True, "holder": "{holder}",
-         "epoch": "{epoch}"},
+        "PUT",
+        "/sandboxes/{sandbox_id}/files",
+        {
+            "path": NOTES,
+            "contents": "pwned",
+            "overwrite": True,
+            "holder": "{holder}",
+            "epoch": "{epoch}",
+        },
     ),
     Route("GET", "/sandboxes/{sandbox_id}/files", query={"path": NOTES}),
     Route(
-        "DELETE", "/sandboxes/{sandbox_id}/files",
+        "DELETE",
+        "/sandboxes/{sandbox_id}/files",
         query={"path": NOTES, "holder": "{holder}", "epoch": "{epoch}"},
     ),
     Route("GET", "/sandboxes/{sandbox_id}/files/list", query={"path": "/workspace"}),
     Route("GET", "/sandboxes/{sandbox_id}/sessions"),
     Route(
-        "POST", "/sandboxes/{sandbox_id}/sessions",
+        "POST",
+        "/sandboxes/{sandbox_id}/sessions",
         {"name": "evil", "cwd": "/tmp", "holder": "{holder}", "epoch": "{epoch}"},
     ),
     Route(
-        "DELETE", "/sandboxes/{sandbox_id}/sessions/{name}",
+        "DELETE",
+        "/sandboxes/{sandbox_id}/sessions/{name}",
         query={"holder": "{holder}", "epoch": "{epoch}"},
     ),
     Route("GET", "/sandboxes/{sandbox_id}/processes"),
     Route(
-        "POST", "/sandboxes/{sandbox_id}/processes/{name}/stdin",
+        "POST",
+        "/sandboxes/{sandbox_id}/processes/{name}/stdin",
         {"text": "pwned\n", "holder": "{holder}", "epoch": "{epoch}"},
     ),
     Route("GET", "/sandboxes/{sandbox_id}/processes/{name}/output", query={"since_seq": 0}),
     Route(
-        "POST", "/sandboxes/{sandbox_id}/processes/{name}/restart",
+        "POST",
+        "/sandboxes/{sandbox_id}/processes/{name}/restart",
         {"holder": "{holder}", "epoch": "{epoch}"},
     ),
     Route("POST", "/sandboxes/{sandbox_id}/keepalive", {"holder": "{holder}", "epoch": "{epoch}"}),
     Route(
-        "POST", "/sandboxes/{sandbox_id}/reset",
+        "POST",
+        "/sandboxes/{sandbox_id}/reset",
         {"reason": "pwned", "holder": "{holder}", "epoch": "{epoch}"},
     ),
-    Route("POST", "/sandboxes/{sandbox_id}/lease/renew", {"holder": "{holder}", "epoch": "{epoch}"}),
+    Route(
+        "POST", "/sandboxes/{sandbox_id}/lease/renew", {"holder": "{holder}", "epoch": "{epoch}"}
+    ),
     Route(
         "POST", "/sandboxes/{sandbox_id}/lease/release", {"holder": "{holder}", "epoch": "{epoch}"}
     ),
-    Route("POST", "/sandboxes/{sandbox_id}/lease/takeover", {"holder": "billing", "reason": "mine"}),
+    Route(
+        "POST", "/sandboxes/{sandbox_id}/lease/takeover", {"holder": "billing", "reason": "mine"}
+    ),
     Route("POST", "/run", {"pipeline": "support", "language": "sh", "code": "echo pwned"}),
     Route("GET", "/pipelines/{slug}/tools"),
 ]
@@ -190,11 +210,16 @@ def test_the_matrix_covers_every_operation_of_the_openapi_document(client: Clien
 
 
 def _open_support_sandbox(support: Any) -> Target:
-    opened = call(support.client, "post", "/sandboxes/open", {"pipeline": "support", "variables": CHAT})
+    opened = call(
+        support.client, "post", "/sandboxes/open", {"pipeline": "support", "variables": CHAT}
+    )
     assert opened.status_code == 200, opened.content
     sandbox_id = opened.json()["sandbox_id"]
     written = call(
-        support.client, "put", f"/sandboxes/{sandbox_id}/files", {"path": NOTES, "contents": NOTES_TEXT}
+        support.client,
+        "put",
+        f"/sandboxes/{sandbox_id}/files",
+        {"path": NOTES, "contents": NOTES_TEXT},
     )
     assert written.status_code == 200, written.content
     ran = call(support.client, "post", f"/sandboxes/{sandbox_id}/exec", {"cmd": ["cat", NOTES]})
@@ -203,8 +228,11 @@ def _open_support_sandbox(support: Any) -> Target:
     assert session.status_code == 200, session.content
     lease = Sandbox.objects.select_related("lease").get(pk=sandbox_id).lease
     return Target(
-        sandbox_id=sandbox_id, exec_id=ran.json()["exec_id"], slug="support",
-        holder=lease.holder, epoch=lease.epoch,
+        sandbox_id=sandbox_id,
+        exec_id=ran.json()["exec_id"],
+        slug="support",
+        holder=lease.holder,
+        epoch=lease.epoch,
     )
 
 
@@ -215,9 +243,21 @@ def _database_state(sandbox_id: str, pipeline: Pipeline) -> dict[str, Any]:
         "sandbox": {
             name: getattr(sandbox, name)
             for name in (
-                "state", "stop_reason", "status_detail", "generation", "container_id",
-                "container_name", "volume_name", "image", "scope_key", "started_at",
-                "last_activity_at", "stopped_at", "destroyed_at", "expires_at", "updated_at",
+                "state",
+                "stop_reason",
+                "status_detail",
+                "generation",
+                "container_id",
+                "container_name",
+                "volume_name",
+                "image",
+                "scope_key",
+                "started_at",
+                "last_activity_at",
+                "stopped_at",
+                "destroyed_at",
+                "expires_at",
+                "updated_at",
             )
         },
         "lease": {
@@ -276,7 +316,10 @@ def test_another_pipelines_token_gets_404_and_changes_nothing(
         assert target.sandbox_id not in response.content.decode()
         for query in ({}, {"scope_key": target.holder}, {"status": "running"}):
             listed = call(billing.client, "get", "/sandboxes", query=query)
-            assert listed.status_code == 200 and listed.json() == {"sandboxes": []}, (query, listed.content)
+            assert listed.status_code == 200 and listed.json() == {"sandboxes": []}, (
+                query,
+                listed.content,
+            )
     else:
         assert_error(response, 404, "not_found")
         # Nothing of support's leaks into the answer.
@@ -288,7 +331,9 @@ def test_another_pipelines_token_gets_404_and_changes_nothing(
     assert _workspace_as_support_sees_it(support, target.sandbox_id) == files_before
     # And support still acts as before, under the same lease.
     again = call(
-        support.client, "post", f"/sandboxes/{target.sandbox_id}/exec",
+        support.client,
+        "post",
+        f"/sandboxes/{target.sandbox_id}/exec",
         {"cmd": ["cat", NOTES], "holder": target.holder, "epoch": target.epoch},
     )
     assert again.status_code == 200 and again.json()["stdout"] == NOTES_TEXT, again.content
@@ -300,11 +345,16 @@ def test_an_exec_id_of_another_pipeline_is_not_found_under_ones_own_sandbox(
     support: Any, billing: Any, docker_engine: Any
 ) -> None:
     target = _open_support_sandbox(support)
-    own = call(billing.client, "post", "/sandboxes/open", {"pipeline": "billing", "variables": CHAT})
+    own = call(
+        billing.client, "post", "/sandboxes/open", {"pipeline": "billing", "variables": CHAT}
+    )
     assert own.status_code == 200, own.content
     mixed = Target(
-        sandbox_id=own.json()["sandbox_id"], exec_id=target.exec_id, slug="billing",
-        holder=own.json()["lease"]["holder"], epoch=own.json()["lease"]["epoch"],
+        sandbox_id=own.json()["sandbox_id"],
+        exec_id=target.exec_id,
+        slug="billing",
+        holder=own.json()["lease"]["holder"],
+        epoch=own.json()["lease"]["epoch"],
     )
     for route in ROUTES:
         if "{exec_id}" in route.template:
@@ -323,8 +373,11 @@ def fake_target(fake_runtime: Any, support: Any) -> Target:
         opened.sandbox, services.clean_request(opened.sandbox, cmd=["true"]), actor
     )
     return Target(
-        sandbox_id=str(opened.sandbox.pk), exec_id=str(record.pk), slug="support",
-        holder=opened.lease.holder, epoch=opened.lease.epoch,
+        sandbox_id=str(opened.sandbox.pk),
+        exec_id=str(record.pk),
+        slug="support",
+        holder=opened.lease.holder,
+        epoch=opened.lease.epoch,
     )
 
 
@@ -370,7 +423,11 @@ def _credentials(kind: str, support: Any, django_user_model: Any) -> list[Client
 @pytest.mark.parametrize("kind", ["none", "revoked", "malformed", "non-staff session"])
 @pytest.mark.parametrize("route", ROUTES, ids=lambda route: route.label)
 def test_without_a_valid_credential_every_route_is_401(
-    route: Route, kind: str, support: Any, fake_target: Target, django_user_model: Any,
+    route: Route,
+    kind: str,
+    support: Any,
+    fake_target: Target,
+    django_user_model: Any,
     fake_runtime: Any,
 ) -> None:
     before = _database_state(fake_target.sandbox_id, support.pipeline)
@@ -380,7 +437,8 @@ def test_without_a_valid_credential_every_route_is_401(
         assert_error(response, 401, "unauthorized")
         assert response.headers.get("WWW-Authenticate") == "Bearer"
     assert _database_state(fake_target.sandbox_id, support.pipeline) == {
-        **before, "pipeline tokens": before["pipeline tokens"] + (kind == "revoked")
+        **before,
+        "pipeline tokens": before["pipeline tokens"] + (kind == "revoked"),
     }
     assert len(fake_runtime.execs) == engine_calls
 
@@ -400,11 +458,11 @@ def test_the_valid_token_passes_where_the_malformed_ones_fail(
 
 
 @pytest.fixture
-def staff() -> Iterator[Client]:
+def staff() -> Client:
     user = get_user_model().objects.create_user(username="alice", password="x", is_staff=True)
     session = Client()  # CSRF checks are not enforced by the test client
     session.force_login(user)
-    yield session
+    return session
 
 
 @pytest.mark.docker
@@ -430,7 +488,9 @@ def test_a_staff_session_acts_on_every_pipelines_sandboxes(
         wrote = call(staff, "put", f"/sandboxes/{sandbox_id}/files", body)
         assert wrote.status_code == 200, wrote.content
         ran = call(staff, "post", f"/sandboxes/{sandbox_id}/exec", {"cmd": ["cat", NOTES]})
-        assert ran.status_code == 200 and ran.json()["stdout"] == f"by alice for {slug}", ran.content
+        assert ran.status_code == 200 and ran.json()["stdout"] == f"by alice for {slug}", (
+            ran.content
+        )
         exec_id = ran.json()["exec_id"]
         assert call(staff, "get", f"/sandboxes/{sandbox_id}/execs/{exec_id}").status_code == 200
         assert call(staff, "get", f"/sandboxes/{sandbox_id}/files/list").status_code == 200
@@ -439,9 +499,13 @@ def test_a_staff_session_acts_on_every_pipelines_sandboxes(
         assert again.status_code == 200 and again.json()["sandbox_id"] == sandbox_id, again.content
         renewed = call(staff, "post", f"/sandboxes/{sandbox_id}/lease/renew", {})
         assert renewed.status_code == 200, renewed.content
-        closed = call(staff, "delete", f"/sandboxes/{sandbox_id}", query={"delete_workspace": "true"})
+        closed = call(
+            staff, "delete", f"/sandboxes/{sandbox_id}", query={"delete_workspace": "true"}
+        )
         assert closed.status_code == 200, closed.content
 
     for slug in opened:
-        compute = call(staff, "post", "/run", {"pipeline": slug, "language": "sh", "code": "echo hi"})
+        compute = call(
+            staff, "post", "/run", {"pipeline": slug, "language": "sh", "code": "echo hi"}
+        )
         assert compute.status_code == 200 and compute.json()["stdout"] == "hi\n", compute.content

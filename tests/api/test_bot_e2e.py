@@ -152,5 +152,3 @@ def test_run_computes_once_in_a_fresh_sandbox(server: str, support: Bot) -> None
         result = bot.run("support", "sh", "echo $((6*7))")
         assert (result.ok, result.exit_code, result.stdout) == (True, 0, "42\n")
         assert bot.list_sandboxes() == []
-
-

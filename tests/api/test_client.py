@@ -38,7 +38,8 @@ from boxyard_client import (
     Unauthorized,
     WorkspaceFull,
 )
-from boxyard_client._endpoints import API_ROOT, Endpoints, endpoint
+from boxyard_client._calls import API_ROOT, endpoint
+from boxyard_client._endpoints import Endpoints
 
 SANDBOX_ID = "5f0c6b9e-0000-4000-8000-000000000001"
 EXEC_ID = "7a1d2c3b-0000-4000-8000-000000000002"
@@ -109,6 +110,7 @@ def error(status: int, code: str, **extra: Any) -> Recorder:
 
 
 # --- errors ----------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     ("status", "code", "expected"),
@@ -200,6 +202,7 @@ def test_a_success_that_is_not_json_is_an_error(call: Caller) -> None:
 
 # --- requests --------------------------------------------------------------------------------
 
+
 def test_open_posts_the_chat_variables_with_the_token(call: Caller) -> None:
     server = Recorder({**SANDBOX, "created": True})
     call(server, "open", "support", {"launcher_type": "group", "launcher_id": 42})
@@ -208,19 +211,33 @@ def test_open_posts_the_chat_variables_with_the_token(call: Caller) -> None:
     assert (request.method, request.url.path) == ("POST", "/api/v1/sandboxes/open")
     assert request.headers["Authorization"] == "Bearer tok"
     assert server.sent == {
-        "pipeline": "support", "variables": {"launcher_type": "group", "launcher_id": 42},
+        "pipeline": "support",
+        "variables": {"launcher_type": "group", "launcher_id": 42},
     }
 
 
 def test_exec_sends_fencing_and_waits_longer_than_the_command(call: Caller) -> None:
     server = Recorder({"exec_id": EXEC_ID, "status": "completed", "exit_code": 0})
-    call(server, "exec", SANDBOX_ID, ["ls", "-l"], cwd="src", env={"A": "1"}, timeout_seconds=300,
-         holder="worker-1", epoch=3)
+    call(
+        server,
+        "exec",
+        SANDBOX_ID,
+        ["ls", "-l"],
+        cwd="src",
+        env={"A": "1"},
+        timeout_seconds=300,
+        holder="worker-1",
+        epoch=3,
+    )
 
     assert server.request.url.path == f"/api/v1/sandboxes/{SANDBOX_ID}/exec"
     assert server.sent == {
-        "cmd": ["ls", "-l"], "cwd": "src", "env": {"A": "1"}, "timeout_seconds": 300,
-        "holder": "worker-1", "epoch": 3,
+        "cmd": ["ls", "-l"],
+        "cwd": "src",
+        "env": {"A": "1"},
+        "timeout_seconds": 300,
+        "holder": "worker-1",
+        "epoch": 3,
     }
     assert server.request.extensions["timeout"]["read"] == 120 + 300
 
@@ -234,7 +251,9 @@ def test_write_file_sends_text_as_contents_and_bytes_as_base64(call: Caller) -> 
     assert server.requests[0].method == "PUT"
     assert text == {"path": "a.sh", "contents": "hi\n", "overwrite": True}
     assert binary == {
-        "path": "b.bin", "contents_b64": base64.b64encode(b"\x00\xff").decode(), "mode": "0755",
+        "path": "b.bin",
+        "contents_b64": base64.b64encode(b"\x00\xff").decode(),
+        "mode": "0755",
         "overwrite": False,
     }
 
@@ -271,6 +290,7 @@ def test_the_api_root_may_be_given_with_the_base_url() -> None:
 
 # --- results ---------------------------------------------------------------------------------
 
+
 def test_open_parses_the_sandbox_and_its_lease(call: Caller) -> None:
     box = call(Recorder({**SANDBOX, "created": True, "added_later": 1}), "open", "support", {})
 
@@ -292,14 +312,23 @@ def test_read_file_gives_bytes_and_text_for_either_encoding(call: Caller) -> Non
     raw = base64.b64encode(b"\x00\xff").decode()
     binary = call(
         Recorder({"path": "/workspace/b", "contents_b64": raw, "truncated": True, "size_bytes": 9}),
-        "read_file", SANDBOX_ID, "b", max_bytes=2,
+        "read_file",
+        SANDBOX_ID,
+        "b",
+        max_bytes=2,
     )
     assert (binary.data, binary.truncated) == (b"\x00\xff", True)
 
 
 def test_lists_parse_into_tuples_of_entries(call: Caller) -> None:
-    entry = {"path": "/workspace/a", "name": "a", "type": "file", "size": 3, "mode": "0644",
-             "mtime_unix": 1700000000}
+    entry = {
+        "path": "/workspace/a",
+        "name": "a",
+        "type": "file",
+        "size": 3,
+        "mode": "0644",
+        "mtime_unix": 1700000000,
+    }
     listing = call(Recorder({"entries": [entry], "truncated": False}), "list_files", SANDBOX_ID)
     assert listing.paths == ["/workspace/a"]
     assert listing.entries[0].size == 3
@@ -309,33 +338,64 @@ def test_lists_parse_into_tuples_of_entries(call: Caller) -> None:
 
     sessions = call(
         Recorder({"sessions": [{"name": "default", "cwd": "/workspace", "env": {}}]}),
-        "sessions", SANDBOX_ID,
+        "sessions",
+        SANDBOX_ID,
     )
     assert sessions[0].name == "default"
 
 
 def test_exec_results_and_output(call: Caller) -> None:
     result = call(
-        Recorder({"exec_id": EXEC_ID, "status": "completed", "exit_code": 0, "stdout": "hi\n",
-                  "stderr": "", "truncated": False, "stdout_truncated": False,
-                  "stderr_truncated": False, "duration_ms": 12, "session": "default",
-                  "error": ""}),
-        "get_exec", SANDBOX_ID, EXEC_ID,
+        Recorder(
+            {
+                "exec_id": EXEC_ID,
+                "status": "completed",
+                "exit_code": 0,
+                "stdout": "hi\n",
+                "stderr": "",
+                "truncated": False,
+                "stdout_truncated": False,
+                "stderr_truncated": False,
+                "duration_ms": 12,
+                "session": "default",
+                "error": "",
+            }
+        ),
+        "get_exec",
+        SANDBOX_ID,
+        EXEC_ID,
     )
     assert (result.ok, result.stdout, result.duration_ms) == (True, "hi\n", 12)
 
     output = call(
-        Recorder({"chunks": [{"seq": 1, "stream": "stdout", "text": "hi\n"},
-                             {"seq": 2, "stream": "stderr", "text": "oops\n"}],
-                  "done": True, "exit_code": 1}),
-        "exec_output", SANDBOX_ID, EXEC_ID, since_seq=0,
+        Recorder(
+            {
+                "chunks": [
+                    {"seq": 1, "stream": "stdout", "text": "hi\n"},
+                    {"seq": 2, "stream": "stderr", "text": "oops\n"},
+                ],
+                "done": True,
+                "exit_code": 1,
+            }
+        ),
+        "exec_output",
+        SANDBOX_ID,
+        EXEC_ID,
+        since_seq=0,
     )
     assert (output.text(), output.text("stderr"), output.done) == ("hi\n", "oops\n", True)
 
 
 def test_background_exec_and_the_event_stream(call: Caller) -> None:
-    started = Recorder({"exec_id": EXEC_ID, "status": "running", "exit_code": None,
-                        "background": True, "session": "build"})
+    started = Recorder(
+        {
+            "exec_id": EXEC_ID,
+            "status": "running",
+            "exit_code": None,
+            "background": True,
+            "session": "build",
+        }
+    )
     result = call(started, "exec", SANDBOX_ID, "make", session="build", background=True)
     assert started.sent == {"cmd": "make", "session": "build", "background": True}
     assert (result.status, result.background) == ("running", True)
@@ -354,13 +414,15 @@ def test_background_exec_and_the_event_stream(call: Caller) -> None:
     events = call(handler, "exec_stream", SANDBOX_ID, EXEC_ID, since_seq=3)
     assert requests[0].url.params["since_seq"] == "3"
     assert [(e.event, e.seq, e.text, e.exit_code) for e in events] == [
-        ("chunk", 1, "a\n", None), ("exit", None, "", 0)
+        ("chunk", 1, "a\n", None),
+        ("exit", None, "", 0),
     ]
 
 
 def test_sessions_and_processes(call: Caller) -> None:
-    created = Recorder({"name": "build", "cwd": "/tmp", "env": {"A": "1"}, "busy": False,
-                        "started": True})
+    created = Recorder(
+        {"name": "build", "cwd": "/tmp", "env": {"A": "1"}, "busy": False, "started": True}
+    )
     session = call(created, "create_session", SANDBOX_ID, "build", cwd="/tmp", env={"A": "1"})
     assert created.sent == {"name": "build", "cwd": "/tmp", "env": {"A": "1"}}
     assert (session.cwd, session.started) == ("/tmp", True)
@@ -372,9 +434,20 @@ def test_sessions_and_processes(call: Caller) -> None:
     call(wrote, "process_stdin", SANDBOX_ID, "mcp", b"\x00{}\n", eof=True)
     assert wrote.sent == {"data_b64": "AHt9Cg==", "eof": True}
     output = call(
-        Recorder({"name": "mcp", "generation": 1, "running": True, "exit_code": None,
-                  "chunks": [{"seq": 4, "stream": "stdout", "text": "{}\n"}]}),
-        "process_output", SANDBOX_ID, "mcp", since_seq=3, wait_seconds=5,
+        Recorder(
+            {
+                "name": "mcp",
+                "generation": 1,
+                "running": True,
+                "exit_code": None,
+                "chunks": [{"seq": 4, "stream": "stdout", "text": "{}\n"}],
+            }
+        ),
+        "process_output",
+        SANDBOX_ID,
+        "mcp",
+        since_seq=3,
+        wait_seconds=5,
     )
     assert (output.text(), output.last_seq, output.running) == ("{}\n", 4, True)
 
@@ -391,15 +464,30 @@ def test_lease_calls_and_run(call: Caller) -> None:
     assert released.request.url.path.endswith("/lease/release")
     assert released.sent == {"epoch": 4}
 
-    ran = Recorder({"ok": True, "exit_code": 0, "stdout": "42\n", "stderr": "", "truncated": False,
-                    "duration_ms": 300, "status": "completed", "error": ""})
+    ran = Recorder(
+        {
+            "ok": True,
+            "exit_code": 0,
+            "stdout": "42\n",
+            "stderr": "",
+            "truncated": False,
+            "duration_ms": 300,
+            "status": "completed",
+            "error": "",
+        }
+    )
     result = call(ran, "run", "support", "sh", "echo $((6*7))", files={"a.txt": "x"})
     assert (result.ok, result.stdout) == (True, "42\n")
-    assert ran.sent == {"pipeline": "support", "language": "sh", "code": "echo $((6*7))",
-                        "files": {"a.txt": "x"}}
+    assert ran.sent == {
+        "pipeline": "support",
+        "language": "sh",
+        "code": "echo $((6*7))",
+        "files": {"a.txt": "x"},
+    }
 
 
 # --- the client as a whole ------------------------------------------------------------------
+
 
 def client_routes() -> set[tuple[str, str]]:
     """(method, path) of every client method, with `{}` for each path parameter."""
@@ -407,7 +495,8 @@ def client_routes() -> set[tuple[str, str]]:
     for member in vars(Endpoints).values():
         if isinstance(member, endpoint):
             required = [
-                f"{{{name}}}" for name, parameter in member.signature.parameters.items()
+                f"{{{name}}}"
+                for name, parameter in member.signature.parameters.items()
                 if parameter.default is inspect.Parameter.empty
             ]
             built = member.build(None, *required)
@@ -419,7 +508,8 @@ def test_the_client_has_a_method_for_every_route_of_the_openapi_document(client:
     document = client.get("/api/v1/openapi.json").json()
     documented = {
         (method.upper(), re.sub(r"{\w+}", "{}", path))
-        for path, operations in document["paths"].items() for method in operations
+        for path, operations in document["paths"].items()
+        for method in operations
     }
 
     assert client_routes() == documented

@@ -1,27 +1,33 @@
 """The one error mapping of the bot API: every failure is `{"error": {"code", "message", ...}}`
 with the right status, and a 400 names the field the caller got wrong.
 
-These run on the fake engine (the errors are decided before any engine call), except the 503,
-which points the runtime at a Docker socket that does not exist.
+These run on the fake engine (the errors are decided before any engine call), except the 503s:
+the runtime points at a Docker socket where nothing listens, and then, for the retry after a
+503, at the same socket once the real engine answers there.
 """
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 from django.test import Client
 
 from pipelines.models import PipelineToken
-from sandboxes.runtime import set_runtime
+from sandboxes.models import Sandbox
+from sandboxes.runtime import LABEL_SANDBOX, set_runtime
 from sandboxes.runtime.docker import DockerRuntime
 from tests.conftest import CHAT
+from tests.engines import Forwarder
 
 pytestmark = pytest.mark.django_db
 
 PREFIX = "/api/v1"
 
 
-def send(client: Client, method: str, path: str, body: Any = None, *, raw: str | None = None) -> Any:
+def send(
+    client: Client, method: str, path: str, body: Any = None, *, raw: str | None = None
+) -> Any:
     """`body` is sent as JSON; `raw` is sent as it is (for bodies that are not JSON)."""
     data = raw if raw is not None else (json.dumps(body) if body is not None else None)
     if data is None:
@@ -44,7 +50,9 @@ def error_of(response: Any, status: int, code: str) -> dict[str, Any]:
 
 @pytest.fixture
 def sandbox_id(support: Any, fake_runtime: Any) -> str:
-    opened = send(support.client, "post", "/sandboxes/open", {"pipeline": "support", "variables": CHAT})
+    opened = send(
+        support.client, "post", "/sandboxes/open", {"pipeline": "support", "variables": CHAT}
+    )
     assert opened.status_code == 200, opened.content
     return opened.json()["sandbox_id"]
 
@@ -53,41 +61,74 @@ def sandbox_id(support: Any, fake_runtime: Any) -> str:
 
 BAD_INPUT = [
     # (case, method, path, JSON body, the field the answer must name)
-    ("wrong type: pipeline", "post", "/sandboxes/open", {"pipeline": 5, "variables": CHAT}, "pipeline"),
     (
-        "wrong type: variables", "post", "/sandboxes/open",
-        {"pipeline": "support", "variables": [1]}, "variables",
+        "wrong type: pipeline",
+        "post",
+        "/sandboxes/open",
+        {"pipeline": 5, "variables": CHAT},
+        "pipeline",
+    ),
+    (
+        "wrong type: variables",
+        "post",
+        "/sandboxes/open",
+        {"pipeline": "support", "variables": [1]},
+        "variables",
     ),
     ("missing: pipeline", "post", "/sandboxes/open", {"variables": CHAT}, "pipeline"),
     (
-        "missing scope variable", "post", "/sandboxes/open",
-        {"pipeline": "support", "variables": {"launcher_type": "group"}}, "variables.launcher_id",
+        "missing scope variable",
+        "post",
+        "/sandboxes/open",
+        {"pipeline": "support", "variables": {"launcher_type": "group"}},
+        "variables.launcher_id",
     ),
     ("wrong type: cmd", "post", "/sandboxes/{id}/exec", {"cmd": 123}, "cmd"),
     ("wrong type: cmd item", "post", "/sandboxes/{id}/exec", {"cmd": ["echo", 1]}, "cmd"),
     ("missing: cmd", "post", "/sandboxes/{id}/exec", {}, "cmd"),
     (
-        "wrong type: timeout_seconds", "post", "/sandboxes/{id}/exec",
-        {"cmd": ["true"], "timeout_seconds": "soon"}, "timeout_seconds",
+        "wrong type: timeout_seconds",
+        "post",
+        "/sandboxes/{id}/exec",
+        {"cmd": ["true"], "timeout_seconds": "soon"},
+        "timeout_seconds",
     ),
-    ("wrong type: env value", "post", "/sandboxes/{id}/exec", {"cmd": ["true"], "env": {"A": 1}}, "env.A"),
+    (
+        "wrong type: env value",
+        "post",
+        "/sandboxes/{id}/exec",
+        {"cmd": ["true"], "env": {"A": 1}},
+        "env.A",
+    ),
     ("negative epoch", "post", "/sandboxes/{id}/exec", {"cmd": ["true"], "epoch": -1}, "epoch"),
     (
-        "absolute path outside /workspace", "put", "/sandboxes/{id}/files",
-        {"path": "/etc/passwd", "contents": "x"}, "path",
+        "absolute path outside /workspace",
+        "put",
+        "/sandboxes/{id}/files",
+        {"path": "/etc/passwd", "contents": "x"},
+        "path",
     ),
     (
-        "relative path escaping /workspace", "put", "/sandboxes/{id}/files",
-        {"path": "../../etc/passwd", "contents": "x"}, "path",
+        "relative path escaping /workspace",
+        "put",
+        "/sandboxes/{id}/files",
+        {"path": "../../etc/passwd", "contents": "x"},
+        "path",
     ),
     (
-        "wrong type: overwrite", "put", "/sandboxes/{id}/files",
-        {"path": "a", "contents": "x", "overwrite": "maybe"}, "overwrite",
+        "wrong type: overwrite",
+        "put",
+        "/sandboxes/{id}/files",
+        {"path": "a", "contents": "x", "overwrite": "maybe"},
+        "overwrite",
     ),
     ("wrong type: epoch", "post", "/sandboxes/{id}/lease/renew", {"epoch": "one"}, "epoch"),
     (
-        "unknown language", "post", "/run",
-        {"pipeline": "support", "language": "cobol", "code": "x"}, "language",
+        "unknown language",
+        "post",
+        "/run",
+        {"pipeline": "support", "language": "cobol", "code": "x"},
+        "language",
     ),
 ]
 
@@ -100,7 +141,9 @@ BAD_INPUT = [
 def test_400_names_the_field(
     support: Any, sandbox_id: str, method: str, path: str, body: Any, field: str
 ) -> None:
-    error = error_of(send(support.client, method, path.format(id=sandbox_id), body), 400, "invalid_input")
+    error = error_of(
+        send(support.client, method, path.format(id=sandbox_id), body), 400, "invalid_input"
+    )
     assert error["field"] == field, error
     assert error["message"].startswith(f"{field}:"), error
 
@@ -136,7 +179,9 @@ def test_400_for_a_body_that_is_not_json(support: Any, fake_runtime: Any, raw: s
 
 
 def test_400_for_a_body_that_is_not_json_names_the_body(support: Any, fake_runtime: Any) -> None:
-    error = error_of(send(support.client, "post", "/sandboxes/open", raw="{not json"), 400, "invalid_input")
+    error = error_of(
+        send(support.client, "post", "/sandboxes/open", raw="{not json"), 400, "invalid_input"
+    )
     assert error.get("field") == "body", error
 
 
@@ -153,12 +198,21 @@ LONE_SURROGATE = [
     ("exec: shell string", "post", "/sandboxes/{id}/exec", '{"cmd": "echo \\ud800"}'),
     ("exec: cwd", "post", "/sandboxes/{id}/exec", '{"cmd": ["true"], "cwd": "\\ud800"}'),
     (
-        "open: scope variable", "post", "/sandboxes/open",
+        "open: scope variable",
+        "post",
+        "/sandboxes/open",
         '{"pipeline": "support", "variables": {"launcher_type": "\\ud800", "launcher_id": "1"}}',
     ),
-    ("run: code", "post", "/run", '{"pipeline": "support", "language": "sh", "code": "echo \\ud800"}'),
     (
-        "run: file contents", "post", "/run",
+        "run: code",
+        "post",
+        "/run",
+        '{"pipeline": "support", "language": "sh", "code": "echo \\ud800"}',
+    ),
+    (
+        "run: file contents",
+        "post",
+        "/run",
         '{"pipeline": "support", "language": "sh", "code": "true", "files": {"a.txt": "\\ud800"}}',
     ),
 ]
@@ -217,11 +271,15 @@ def test_404_for_an_unknown_pipeline(support: Any, fake_runtime: Any) -> None:
 def test_409_lease_busy_names_the_holder_and_the_expiry(support: Any, sandbox_id: str) -> None:
     base = f"/sandboxes/{sandbox_id}"
     # The open took the lease for the scope key: alice has to wait.
-    error = error_of(send(support.client, "post", f"{base}/lease/renew", {"holder": "alice"}), 409, "lease_busy")
+    error = error_of(
+        send(support.client, "post", f"{base}/lease/renew", {"holder": "alice"}), 409, "lease_busy"
+    )
     assert error["holder"] == "group_123456"
     assert send(support.client, "post", f"{base}/lease/release", {}).status_code == 200
 
-    assert send(support.client, "post", f"{base}/lease/renew", {"holder": "alice"}).status_code == 200
+    assert (
+        send(support.client, "post", f"{base}/lease/renew", {"holder": "alice"}).status_code == 200
+    )
     response = send(support.client, "post", f"{base}/exec", {"cmd": ["true"], "holder": "bob"})
     error = error_of(response, 409, "lease_busy")
     assert error["holder"] == "alice"
@@ -239,8 +297,12 @@ def test_409_stale_epoch(support: Any, sandbox_id: str) -> None:
 def test_423_after_a_takeover_names_the_new_holder(support: Any, sandbox_id: str) -> None:
     base = f"/sandboxes/{sandbox_id}"
     assert send(support.client, "post", f"{base}/lease/release", {}).status_code == 200
-    assert send(support.client, "post", f"{base}/lease/renew", {"holder": "alice"}).status_code == 200
-    taken = send(support.client, "post", f"{base}/lease/takeover", {"holder": "bob", "reason": "stuck"})
+    assert (
+        send(support.client, "post", f"{base}/lease/renew", {"holder": "alice"}).status_code == 200
+    )
+    taken = send(
+        support.client, "post", f"{base}/lease/takeover", {"holder": "bob", "reason": "stuck"}
+    )
     assert taken.status_code == 200 and taken.json()["holder"] == "bob", taken.content
     response = send(support.client, "post", f"{base}/exec", {"cmd": ["true"], "holder": "alice"})
     error = error_of(response, 423, "taken_over")
@@ -261,7 +323,10 @@ def test_429_when_the_pipeline_has_its_maximum_of_live_sandboxes(
     again = send(bot, "post", "/sandboxes/open", {"pipeline": "tiny", "variables": CHAT})
     assert again.status_code == 200, "the same key is the same sandbox, not a second one"
     second = send(
-        bot, "post", "/sandboxes/open", {"pipeline": "tiny", "variables": {**CHAT, "launcher_id": "2"}}
+        bot,
+        "post",
+        "/sandboxes/open",
+        {"pipeline": "tiny", "variables": {**CHAT, "launcher_id": "2"}},
     )
     error = error_of(second, 429, "quota_exceeded")
     assert error["limit"] == 1
@@ -293,7 +358,11 @@ def test_503_with_retry_after_when_the_engine_is_unreachable(
     support: Any, sandbox_id: str, unreachable_engine: None
 ) -> None:
     calls = [
-        ("post", "/sandboxes/open", {"pipeline": "support", "variables": {**CHAT, "launcher_id": "2"}}),
+        (
+            "post",
+            "/sandboxes/open",
+            {"pipeline": "support", "variables": {**CHAT, "launcher_id": "2"}},
+        ),
         ("post", f"/sandboxes/{sandbox_id}/exec", {"cmd": ["true"]}),
         ("put", f"/sandboxes/{sandbox_id}/files", {"path": "a.txt", "contents": "x"}),
         ("post", "/run", {"pipeline": "support", "language": "sh", "code": "true"}),
@@ -305,18 +374,36 @@ def test_503_with_retry_after_when_the_engine_is_unreachable(
         assert error["retry_after"] == int(response["Retry-After"])
 
 
+@pytest.mark.docker
+@pytest.mark.django_db(transaction=True)
 def test_after_a_503_the_same_open_succeeds_once_the_engine_is_back(
-    support: Any, fake_runtime: Any
+    support: Any, docker_engine: Any, tmp_path: Path
 ) -> None:
+    """A 503 tells the bot to try the same call again later, so nothing of the failed call
+    may stand in the way of the retry. One runtime with one address throughout: first nothing
+    listens there; then the real engine answers there (a forwarder to its socket), and the
+    retry opens a real sandbox with a running container."""
+    address = tmp_path / "docker.sock"
     body = {"pipeline": "support", "variables": {**CHAT, "launcher_id": "2"}}
-    set_runtime(DockerRuntime(base_url="unix:///nonexistent/docker.sock"))
+    set_runtime(DockerRuntime(base_url=f"unix://{address}"))
     try:
-        error_of(send(support.client, "post", "/sandboxes/open", body), 503, "runtime_unavailable")
+        refused = send(support.client, "post", "/sandboxes/open", body)
+        error = error_of(refused, 503, "runtime_unavailable")
+        assert int(refused["Retry-After"]) > 0 and error["retry_after"] == int(
+            refused["Retry-After"]
+        )
+
+        with Forwarder(address) as engine_back:
+            retried = send(support.client, "post", "/sandboxes/open", body)
+            assert retried.status_code == 200, retried.content
+            assert retried.json()["status"] == "running", retried.json()
+            assert engine_back.connections > 0, "the retry reached the engine at the same address"
     finally:
-        set_runtime(fake_runtime)
-    retried = send(support.client, "post", "/sandboxes/open", body)
-    assert retried.status_code == 200, retried.content
-    assert retried.json()["status"] == "running", retried.json()
+        set_runtime(None)
+    sandbox = Sandbox.objects.get(pk=retried.json()["sandbox_id"])
+    container = docker_engine.inspect_container(sandbox.container_id)
+    assert container is not None and container.running, "the container runs on the real engine"
+    assert container.labels[LABEL_SANDBOX] == str(sandbox.pk)
 
 
 # --- outside the routes: still the error shape ---------------------------------------------------
@@ -326,7 +413,9 @@ def test_404_for_an_unknown_route_has_the_error_shape(support: Any) -> None:
     error_of(support.client.get(f"{PREFIX}/no-such-route"), 404, "not_found")
 
 
-def test_405_for_a_method_a_route_does_not_have_has_the_error_shape(support: Any, sandbox_id: str) -> None:
+def test_405_for_a_method_a_route_does_not_have_has_the_error_shape(
+    support: Any, sandbox_id: str
+) -> None:
     response = support.client.patch(f"{PREFIX}/sandboxes/{sandbox_id}")
     assert response.status_code == 405
     assert set(response.json()) == {"error"}

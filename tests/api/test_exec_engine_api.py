@@ -23,10 +23,14 @@ def sandbox_id(support: Any, docker_engine: Any) -> str:
 
 def test_sessions_over_http(support: Any, sandbox_id: str) -> None:
     base = f"/sandboxes/{sandbox_id}"
-    created = support.call("post", f"{base}/sessions", {"name": "build", "cwd": "/tmp", "env": {"K": "v"}})
+    created = support.call(
+        "post", f"{base}/sessions", {"name": "build", "cwd": "/tmp", "env": {"K": "v"}}
+    )
     assert created.status_code == 200, created.content
     assert (created.json()["cwd"], created.json()["env"]["K"]) == ("/tmp", "v")
-    ran = support.call("post", f"{base}/exec", {"cmd": "cd /; export X=1; echo $K", "session": "build"})
+    ran = support.call(
+        "post", f"{base}/exec", {"cmd": "cd /; export X=1; echo $K", "session": "build"}
+    )
     assert ran.json()["stdout"] == "v\n"
     listed = {s["name"]: s for s in support.call("get", f"{base}/sessions").json()["sessions"]}
     assert listed["build"]["cwd"] == "/" and listed["build"]["env"]["X"] == "1"
@@ -51,7 +55,9 @@ def test_a_shell_ending_command_is_reported(support: Any, sandbox_id: str) -> No
 
 def test_background_exec_poll_wait_and_kill(support: Any, sandbox_id: str) -> None:
     base = f"/sandboxes/{sandbox_id}"
-    started = support.call("post", f"{base}/exec", {"cmd": "echo one; sleep 0.3; echo two", "background": True})
+    started = support.call(
+        "post", f"{base}/exec", {"cmd": "echo one; sleep 0.3; echo two", "background": True}
+    )
     body = started.json()
     assert started.status_code == 200 and body["status"] == "running" and body["background"]
     exec_id = body["exec_id"]
@@ -61,7 +67,9 @@ def test_background_exec_poll_wait_and_kill(support: Any, sandbox_id: str) -> No
     assert "".join(c["text"] for c in output["chunks"]) == "one\ntwo\n"
     assert [c["seq"] for c in output["chunks"]] == list(range(1, len(output["chunks"]) + 1))
     last = output["chunks"][-1]["seq"]
-    assert support.call("get", f"{base}/execs/{exec_id}/output", since_seq=last).json()["chunks"] == []
+    assert (
+        support.call("get", f"{base}/execs/{exec_id}/output", since_seq=last).json()["chunks"] == []
+    )
     record = support.call("get", f"{base}/execs/{exec_id}").json()
     assert (record["status"], record["stdout"]) == ("completed", "one\ntwo\n")
 
@@ -73,17 +81,22 @@ def test_background_exec_poll_wait_and_kill(support: Any, sandbox_id: str) -> No
 def test_fresh_exec_runs_outside_the_session(support: Any, sandbox_id: str) -> None:
     base = f"/sandboxes/{sandbox_id}"
     support.call("post", f"{base}/exec", {"cmd": "cd /tmp; export IN_SESSION=1"})
-    fresh = support.call("post", f"{base}/exec", {"cmd": "pwd; echo [$IN_SESSION]; cd /", "fresh": True})
+    fresh = support.call(
+        "post", f"{base}/exec", {"cmd": "pwd; echo [$IN_SESSION]; cd /", "fresh": True}
+    )
     assert fresh.json()["stdout"] == "/workspace\n[]\n"
     assert support.call("post", f"{base}/exec", {"cmd": "pwd"}).json()["stdout"] == "/tmp\n"
-    refused = support.call("post", f"{base}/exec", {"cmd": "true", "fresh": True, "background": True})
+    refused = support.call(
+        "post", f"{base}/exec", {"cmd": "true", "fresh": True, "background": True}
+    )
     assert refused.status_code == 400 and refused.json()["error"]["field"] == "fresh"
 
 
 def test_the_stream_delivers_chunks_live_then_the_exit(support: Any, sandbox_id: str) -> None:
     base = f"/api/v1/sandboxes/{sandbox_id}"
     started = support.call(
-        "post", f"/sandboxes/{sandbox_id}/exec",
+        "post",
+        f"/sandboxes/{sandbox_id}/exec",
         {"cmd": "for i in 1 2 3; do echo tick$i; sleep 0.4; done", "background": True},
     ).json()
 

@@ -6,7 +6,7 @@ against the real engine. About half the examples of an operation (`uses_real_ids
 ids replaced by those of a live sandbox, one of its execs and the token's pipeline, so the
 requests reach the services and the engine rather than stopping at "not found".
 
-Checked: never a 5xx (PRODUCT.md: "Never a 500 for anything a caller sent"), and every
+Checked: never a 5xx (the API's promise: never a 500 for anything a caller sent), and every
 response conforms to the schema the document declares for it (the success shape, or the error
 shape `{"error": {"code", "message"}}` for 4xx/5xx).
 
@@ -59,7 +59,9 @@ class LiveSandbox:
             )
             opened = services.open_sandbox(self.pipeline, CHAT, self.actor)
             record = services.run_exec(
-                opened.sandbox, services.clean_request(opened.sandbox, cmd=["echo", "hi"]), self.actor
+                opened.sandbox,
+                services.clean_request(opened.sandbox, cmd=["echo", "hi"]),
+                self.actor,
             )
             self.sandbox_id, self.exec_id = str(opened.sandbox.pk), str(record.pk)
         Lease.objects.filter(sandbox_id=self.sandbox_id).update(
@@ -132,7 +134,9 @@ def load_schema() -> Any:
             "suppress-health-check": ["too_slow", "filter_too_much", "data_too_large"],
         }
     )
-    return schemathesis.openapi.from_wsgi("/api/v1/openapi.json", get_wsgi_application(), config=config)
+    return schemathesis.openapi.from_wsgi(
+        "/api/v1/openapi.json", get_wsgi_application(), config=config
+    )
 
 
 schema = load_schema()
@@ -147,7 +151,9 @@ schema = load_schema()
     database=None,
     deadline=None,
     suppress_health_check=[
-        HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large,
+        HealthCheck.too_slow,
+        HealthCheck.filter_too_much,
+        HealthCheck.data_too_large,
         HealthCheck.function_scoped_fixture,
     ],
 )

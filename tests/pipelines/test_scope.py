@@ -56,12 +56,17 @@ def test_missing_variable_is_an_error_naming_it() -> None:
 
 def test_empty_value_counts_as_missing_never_unknown() -> None:
     with pytest.raises(InvalidInput, match="launcher_id"):
-        scope.resolve("{launcher_type}_{launcher_id}", {"launcher_type": "group", "launcher_id": ""})
+        scope.resolve(
+            "{launcher_type}_{launcher_id}", {"launcher_type": "group", "launcher_id": ""}
+        )
 
 
 def test_fallback_chain_takes_the_first_present() -> None:
     template = "{user_id}:{task_id|conversation_id|uuid}"
-    assert scope.resolve(template, {"user_id": "u1", "task_id": "t1", "conversation_id": "c"}) == "u1:t1"
+    assert (
+        scope.resolve(template, {"user_id": "u1", "task_id": "t1", "conversation_id": "c"})
+        == "u1:t1"
+    )
     assert scope.resolve(template, {"user_id": "u1", "conversation_id": "c1"}) == "u1:c1"
     generated = scope.resolve(template, {"user_id": "u1"})
     assert generated.startswith("u1:") and len(generated) == len("u1:") + 32
@@ -75,14 +80,15 @@ def test_chain_without_uuid_names_every_alternative_when_all_missing() -> None:
 
 def test_workflow_template_of_seed_001() -> None:
     key = scope.resolve(
-        "workflow:{workflow_run_id}:{session_key}", {"workflow_run_id": "run_9", "session_key": "default"}
+        "workflow:{workflow_run_id}:{session_key}",
+        {"workflow_run_id": "run_9", "session_key": "default"},
     )
     assert key == "workflow:run_9:default"
 
 
 @pytest.mark.parametrize("value", [True, 1.5, [], {}, "a\nb", "x\x00"])
 def test_bad_variable_values_are_refused(value: object) -> None:
-    with pytest.raises(InvalidInput, match="variables.sender_id"):
+    with pytest.raises(InvalidInput, match=r"variables\.sender_id"):
         scope.resolve("{sender_id}", {"sender_id": value})
 
 
@@ -92,5 +98,7 @@ def test_variables_must_be_an_object() -> None:
 
 
 def test_keys_may_hold_any_characters() -> None:
-    key = scope.resolve("{launcher_type}/{launcher_id}", {"launcher_type": "私聊", "launcher_id": "a b/../c"})
+    key = scope.resolve(
+        "{launcher_type}/{launcher_id}", {"launcher_type": "私聊", "launcher_id": "a b/../c"}
+    )
     assert key == "私聊/a b/../c"

@@ -87,14 +87,12 @@ def is_valid(instance: Any, schema: dict[str, Any]) -> bool:
         if any(name not in instance for name in schema.get("required", [])):
             return False
         for name, value in instance.items():
+            extra = schema.get("additionalProperties")
             if name in properties:
                 if not is_valid(value, properties[name]):
                     return False
-            elif schema.get("additionalProperties") is False:
+            elif extra is False or (isinstance(extra, dict) and not is_valid(value, extra)):
                 return False
-            elif isinstance(schema.get("additionalProperties"), dict):
-                if not is_valid(value, schema["additionalProperties"]):
-                    return False
         return True
     if kind == "array":
         return (
@@ -215,11 +213,15 @@ def test_sandbox_open_takes_no_arguments_and_says_the_runtime_fills_them() -> No
         (
             "sandbox_exec",
             {
-                "sandbox_id": "s", "cmd": "make", "cwd": "src", "env": {"A": "1"},
-                "timeout_seconds": 5, "background": True,
+                "sandbox_id": "s",
+                "cmd": "make",
+                "cwd": "src",
+                "env": {"A": "1"},
+                "timeout_seconds": 5,
+                "background": True,
             },
             True,
-        ),  # fmt: skip
+        ),
         ("sandbox_exec", {"sandbox_id": "s"}, False),
         ("sandbox_exec", {"sandbox_id": "s", "cmd": 3}, False),
         ("sandbox_exec", {"sandbox_id": "s", "cmd": ["ls", 3]}, False),

@@ -33,8 +33,11 @@ def test_charts_show_what_changed_between_samples() -> None:
     start = timezone.now() - timedelta(minutes=3)
     for minute, (created, idle, live) in enumerate([(0, 0, 0), (5, 1, 4), (9, 3, 6)]):
         FleetSample.objects.create(
-            at=start + timedelta(minutes=minute), pipeline="", live={"running": live},
-            created=created, cleaned={"idle": idle},
+            at=start + timedelta(minutes=minute),
+            pipeline="",
+            live={"running": live},
+            created=created,
+            cleaned={"idle": idle},
         )
     charts = fleet_charts()
     assert "Live sandboxes" in charts["live"] and "<polyline" in charts["live"]

@@ -86,10 +86,15 @@ def test_prometheus_text_needs_the_metrics_token_or_an_admin(
     assert 'boxyard_sandboxes_created_total{pipeline="support"} 1' in text
     assert 'boxyard_sandboxes{pipeline="support",state="running"} 1' in text
     assert 'boxyard_execs_total{pipeline="support",state="completed"} 1' in text
-    buckets = [float(v) for v in re.findall(r'exec_duration_seconds_bucket\{pipeline="support",le="[^"]+"\} (\S+)', text)]
+    buckets = [
+        float(v)
+        for v in re.findall(
+            r'exec_duration_seconds_bucket\{pipeline="support",le="[^"]+"\} (\S+)', text
+        )
+    ]
     assert buckets == sorted(buckets) and buckets[-1] == 1  # cumulative, ending at +Inf = count
     for line in text.splitlines():  # every sample line is name{labels} value
-        assert line.startswith("#") or re.fullmatch(r'[a-z_]+(\{[^}]*\})? [0-9.e+-]+', line), line
+        assert line.startswith("#") or re.fullmatch(r"[a-z_]+(\{[^}]*\})? [0-9.e+-]+", line), line
     admin = Client()
     admin.force_login(django_user_model.objects.create_user("alice", password="x", is_staff=True))
     assert admin.get("/metrics").status_code == 200
@@ -108,7 +113,10 @@ def test_counts_reach_the_database_without_being_read(monkeypatch, make_pipeline
     while not MetricTotal.objects.filter(name="boxyard_sandboxes_reused_total").exists():
         assert time.monotonic() < deadline, "the counts were not written"
         time.sleep(0.05)
-    assert MetricTotal.objects.get(name="boxyard_sandboxes_reused_total", pipeline="support").value == 2
+    assert (
+        MetricTotal.objects.get(name="boxyard_sandboxes_reused_total", pipeline="support").value
+        == 2
+    )
 
 
 def test_a_reading_that_must_not_write_adds_the_unwritten_counts_from_memory(make_pipeline) -> None:
@@ -119,8 +127,14 @@ def test_a_reading_that_must_not_write_adds_the_unwritten_counts_from_memory(mak
     metrics.count("boxyard_sandboxes_cleaned_total", "support", "idle")
     read = metrics.snapshot(write=False)
     assert read["overall"]["created"] == 4 and read["overall"]["cleaned"] == {"idle": 1}
-    assert MetricTotal.objects.get(name="boxyard_sandboxes_created_total", pipeline="support").value == 1
+    assert (
+        MetricTotal.objects.get(name="boxyard_sandboxes_created_total", pipeline="support").value
+        == 1
+    )
     support = make_pipeline(slug="support")
     assert metrics.snapshot(support, write=False)["overall"]["created"] == 3
     assert metrics.snapshot()["overall"]["created"] == 4  # now written
-    assert MetricTotal.objects.get(name="boxyard_sandboxes_created_total", pipeline="support").value == 3
+    assert (
+        MetricTotal.objects.get(name="boxyard_sandboxes_created_total", pipeline="support").value
+        == 3
+    )

@@ -1,7 +1,6 @@
 """The Celery tasks, run in the test's process: each re-reads its row and does nothing if
 the row has moved on, so a task delivered twice or late is harmless."""
 
-import os
 from typing import Any
 
 import pytest
@@ -16,7 +15,9 @@ from tests.conftest import CHAT, DEPLOYMENT
 pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
 
 
-def test_boot_is_safe_to_run_twice_and_ignores_another_generation(pipeline, bot, docker_engine) -> None:
+def test_boot_is_safe_to_run_twice_and_ignores_another_generation(
+    pipeline, bot, docker_engine
+) -> None:
     opened = services.open_sandbox(pipeline, CHAT, bot, background=True)
     sandbox = opened.sandbox
     assert tasks.boot.apply(args=[str(sandbox.pk), sandbox.generation + 1]).get() is None
@@ -75,37 +76,3 @@ def test_build_image_keeps_an_image_that_is_current(docker_engine) -> None:
     from django.conf import settings
 
     assert tasks.build_image.apply(args=[settings.BOXYARD_TEST_IMAGE]).get() == "present"
-
-
-@pytest.mark.skipif(
-    not os.environ.get("BOXYARD_CHAOS_ENGINE_RESTART"),
-    reason="restarting the Docker Engine stops every container on the machine, and here the "
-    "engine is a service started for the whole machine that a test must not replace; set "
-    "BOXYARD_CHAOS_ENGINE_RESTART to the command that restarts it (e.g. 'systemctl restart docker')",
-)
-def test_an_engine_restart_loses_no_workspace(make_pipeline, bot, docker_engine) -> None:
-    import subprocess
-    import time
-
-    from pipelines.models import Retention
-    from sandboxes.services.reconciling import reconcile
-    from tests.sandboxes.test_reconcile import assert_converged
-
-    pipeline = make_pipeline(retention=Retention.PERSISTENT)
-    sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
-    request = services.clean_request(sandbox, cmd="echo precious > data.txt")
-    services.run_exec(sandbox, request, bot)
-    subprocess.run(os.environ["BOXYARD_CHAOS_ENGINE_RESTART"], shell=True, check=True, timeout=120)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            docker_engine.ping()
-            break
-        except RuntimeUnavailable:
-            assert time.monotonic() < deadline, "the engine did not come back within 60 s"
-            time.sleep(1)
-    reconcile(grace_seconds=0)
-    assert_converged(docker_engine)
-    reopened = services.open_sandbox(pipeline, CHAT, bot).sandbox
-    again = services.run_exec(reopened, services.clean_request(reopened, cmd="cat data.txt"), bot)
-    assert again.stdout == "precious\n"

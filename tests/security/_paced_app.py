@@ -19,11 +19,16 @@ async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await receive()
     if b"unpaced" not in scope.get("query_string", b""):
         send = paced(send)
-    await send({
-        "type": "http.response.start", "status": 200,
-        "headers": [(b"content-type", b"application/octet-stream"),
-                    (b"content-length", str(PART * PARTS).encode())],
-    })
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [
+                (b"content-type", b"application/octet-stream"),
+                (b"content-length", str(PART * PARTS).encode()),
+            ],
+        }
+    )
     filler = bytes(PART - 8)
     for _ in range(PARTS):
         stamp = struct.pack(">d", time.monotonic())

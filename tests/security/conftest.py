@@ -36,7 +36,7 @@ def processes(engine: Any, sandbox: Sandbox) -> list[Proc]:
     result = engine.exec(sandbox.container_id, ["sh", "-c", listing], user=ROOT)
     found = []
     for line in result.stdout.decode(errors="replace").splitlines()[1:]:
-        pid, user, args = (line.split(None, 2) + ["", ""])[:3]
+        pid, user, args = [*line.split(None, 2), "", ""][:3]
         if user in ("sandbox", "10001") and pid.isdigit():
             found.append(Proc(int(pid), user, args))
     return found
@@ -50,7 +50,8 @@ def leftovers(engine: Any, sandbox: Sandbox, *, but: tuple[str, ...] = ()) -> li
     """The sandbox user's processes other than idle session shells (and those whose command
     line contains one of `but`)."""
     return [
-        p for p in processes(engine, sandbox)
+        p
+        for p in processes(engine, sandbox)
         if p.args.strip() not in SESSION_SHELLS and not any(text in p.args for text in but)
     ]
 

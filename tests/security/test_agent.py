@@ -49,7 +49,9 @@ attempt("squat", lambda: os.mkdir("/.boxyard-run/x/mine"))
 """
 
 
-def test_sandbox_code_can_neither_kill_nor_trace_nor_replace_the_agent(make_pipeline, bot, docker_engine, neighbour) -> None:
+def test_sandbox_code_can_neither_kill_nor_trace_nor_replace_the_agent(
+    make_pipeline, bot, docker_engine, neighbour
+) -> None:
     pipeline = make_pipeline(image=settings.BOXYARD_DEFAULT_IMAGE)
     sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
     run(sandbox, bot, FIND_AGENT + " > /tmp/agent.pid")
@@ -57,9 +59,18 @@ def test_sandbox_code_can_neither_kill_nor_trace_nor_replace_the_agent(make_pipe
     outcome = run(sandbox, bot, ["python3", "attacks.py"], timeout_seconds=30)
     results = dict(line.split(" ", 1) for line in outcome.stdout.splitlines())
     assert results == {
-        "kill": "EPERM", "stop": "EPERM", "kill-init": "EPERM", "ptrace": "EPERM",
-        "environ": "EACCES", "fds": "EACCES", "mem": "EACCES", "socket": "EACCES",
-        "state": "EACCES", "session-state": "EACCES", "replace": "EROFS", "rename": "EROFS",
+        "kill": "EPERM",
+        "stop": "EPERM",
+        "kill-init": "EPERM",
+        "ptrace": "EPERM",
+        "environ": "EACCES",
+        "fds": "EACCES",
+        "mem": "EACCES",
+        "socket": "EACCES",
+        "state": "EACCES",
+        "session-state": "EACCES",
+        "replace": "EROFS",
+        "rename": "EROFS",
         "squat": "EACCES",
     }, outcome.stdout + outcome.stderr
     # The agent is the one it was, and it still serves, also on a channel opened afresh.
@@ -86,7 +97,9 @@ FORGED = "x\nregular file|999999|4777|0|/workspace/FAKE"
 
 
 @pytest.mark.parametrize("with_agent", [True, False])
-def test_a_file_name_cannot_forge_a_listing(with_agent, make_pipeline, bot, docker_engine, settings, tmp_path) -> None:
+def test_a_file_name_cannot_forge_a_listing(
+    with_agent, make_pipeline, bot, docker_engine, settings, tmp_path
+) -> None:
     if not with_agent:
         settings.BOXYARD_AGENT_BINARY = str(tmp_path / "missing")  # a sandbox made without it
     sandbox = services.open_sandbox(make_pipeline(), CHAT, bot).sandbox
@@ -94,17 +107,31 @@ def test_a_file_name_cannot_forge_a_listing(with_agent, make_pipeline, bot, dock
     run(sandbox, bot, ["mkdir", "-p", "dir"])
     # The name of the report (a line break, then the old format's fields and a path of its
     # choosing: "/" in it makes directories), one with invalid UTF-8, one with separators.
-    run(sandbox, bot, [
-        "sh", "-c", 'mkdir -p "dir/${1%/*}" && touch "dir/$1" "dir/$(printf "bad\\377name")" "dir/a|b\tc"',
-        "x", FORGED,
-    ])
+    run(
+        sandbox,
+        bot,
+        [
+            "sh",
+            "-c",
+            'mkdir -p "dir/${1%/*}" && touch "dir/$1" "dir/$(printf "bad\\377name")" "dir/a|b\tc"',
+            "x",
+            FORGED,
+        ],
+    )
     entries, truncated = services.list_files(sandbox, "dir", recursive=True)
     head = "/workspace/dir/x\nregular file|999999|4777|0|"
     assert not truncated
-    assert sorted((entry.path, entry.type) for entry in entries) == sorted([
-        (head, "dir"), (head + "/workspace", "dir"), (head + "/workspace/FAKE", "file"),
-        ("/workspace/dir/bad\udcffname", "file"), ("/workspace/dir/a|b\tc", "file"),
-    ])
+    assert sorted((entry.path, entry.type) for entry in entries) == sorted(
+        [
+            (head, "dir"),
+            (head + "/workspace", "dir"),
+            (head + "/workspace/FAKE", "file"),
+            ("/workspace/dir/bad\udcffname", "file"),
+            ("/workspace/dir/a|b\tc", "file"),
+        ]
+    )
     assert not any(entry.path == "/workspace/FAKE" or entry.size == 999999 for entry in entries)
     flat, _ = services.list_files(sandbox, "dir")
-    assert sorted(entry.name for entry in flat) == sorted(["x\nregular file|999999|4777|0|", "bad\udcffname", "a|b\tc"])
+    assert sorted(entry.name for entry in flat) == sorted(
+        ["x\nregular file|999999|4777|0|", "bad\udcffname", "a|b\tc"]
+    )

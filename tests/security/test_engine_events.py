@@ -79,7 +79,8 @@ def row(sandbox: Sandbox) -> Sandbox:
 
 def lost_within(sandbox: Sandbox, seconds: float) -> float:
     return wait_for(
-        lambda: row(sandbox).stop_reason == StopReason.LOST, seconds,
+        lambda: row(sandbox).stop_reason == StopReason.LOST,
+        seconds,
         lambda: f"the sandbox is {row(sandbox).state} ({row(sandbox).stop_reason or 'no reason'})",
     )
 
@@ -129,17 +130,23 @@ def test_a_container_the_oom_killer_ends_is_lost_and_one_command_it_ends_is_not(
     pipeline = make_pipeline(memory_mb=32)
     sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
     runtime = get_runtime()
-    hog = "head -c 200m /dev/zero | tail > /dev/null"
-    # The killer takes the biggest process: the command; the container runs on.
-    first = runtime.exec(sandbox.container_id, ["sh", "-c", hog], deadline_seconds=60)
-    assert first.exit_code == 137
+    hog = "x=a; while :; do x=$x$x; done"  # doubles at once: the killer need not reclaim first
+    # The killer takes a command's process, never the agent's; the container runs on.
+    request = services.clean_request(sandbox, cmd=hog, timeout_seconds=60)
+    first = services.run_exec(sandbox, request, bot)
+    assert (first.exit_code, first.oom_killed) == (137, True)
     time.sleep(1)  # the engine's "oom" event has come and gone
     assert row(sandbox).state == State.RUNNING
     assert docker_engine.inspect_container(sandbox.container_id).running
 
     # Now the container's own process (tini's child) is made the killer's first choice.
     docker(
-        "exec", "-u", "0", sandbox.container_id, "sh", "-c",
+        "exec",
+        "-u",
+        "0",
+        sandbox.container_id,
+        "sh",
+        "-c",
         "for d in /proc/[0-9]*; do grep -q '^PPid:[[:space:]]*1$' $d/status 2>/dev/null"
         " && echo 1000 > $d/oom_score_adj; done",
     )
@@ -191,9 +198,12 @@ def test_the_dashboard_hears_of_the_loss(
 
         cookie = f"sessionid={admin.cookies['sessionid'].value}".encode()
         page = WebsocketCommunicator(
-            application, "/ws/fleet/?state=live",
+            application,
+            "/ws/fleet/?state=live",
             headers=[
-                (b"origin", b"http://testserver"), (b"host", b"testserver"), (b"cookie", cookie)
+                (b"origin", b"http://testserver"),
+                (b"host", b"testserver"),
+                (b"cookie", cookie),
             ],
         )
         connected, _ = await page.connect()
@@ -271,18 +281,37 @@ def test_a_celery_worker_process_follows_the_engine_and_ends_quietly(
 ) -> None:
     env = dict(os.environ)
     env.update(
-        DJANGO_SETTINGS_MODULE="config.settings", DATABASE_URL=database_url(),
-        BOXYARD_DEPLOYMENT=DEPLOYMENT, BOXYARD_DATA_DIR=str(tmp_path / "data"),
-        BOXYARD_LOG_LEVEL="INFO", PYTHONUNBUFFERED="1",
+        DJANGO_SETTINGS_MODULE="config.settings",
+        DATABASE_URL=database_url(),
+        BOXYARD_DEPLOYMENT=DEPLOYMENT,
+        BOXYARD_DATA_DIR=str(tmp_path / "data"),
+        BOXYARD_LOG_LEVEL="INFO",
+        PYTHONUNBUFFERED="1",
     )
     if settings.REDIS_URL:
         env["REDIS_URL"] = settings.REDIS_URL
     log = tmp_path / "worker.log"
     with log.open("wb") as output:
         worker = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "config", "worker", "-l", "info",
-             "--pool", "solo", "-n", f"events-{uuid.uuid4().hex[:6]}@%h"],
-            cwd=REPO, env=env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "config",
+                "worker",
+                "-l",
+                "info",
+                "--pool",
+                "solo",
+                "-n",
+                f"events-{uuid.uuid4().hex[:6]}@%h",
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     try:
         wait_for(lambda: "following the engine's events" in log.read_text(), 60, log.read_text)
@@ -363,7 +392,9 @@ class _CuttableSocket:
 
 def _engine_socket() -> str:
     host = (
-        settings.BOXYARD_DOCKER_HOST or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+        settings.BOXYARD_DOCKER_HOST
+        or os.environ.get("DOCKER_HOST")
+        or "unix:///var/run/docker.sock"
     )
     if not host.startswith("unix://"):
         pytest.fail(f"this test cuts a unix socket; the engine is at {host}")
@@ -413,10 +444,15 @@ def test_the_stream_outlives_quiet_windows_and_gives_each_event_once(
     reader.start()
     api_name = f"by-events-{uuid.uuid4().hex[:8]}"
     try:
-        docker_engine.ensure_container(ContainerSpec(
-            name=api_name, image=settings.BOXYARD_TEST_IMAGE, labels=labels,
-            user=settings.BOXYARD_SANDBOX_USER, mounts=(),
-        ))
+        docker_engine.ensure_container(
+            ContainerSpec(
+                name=api_name,
+                image=settings.BOXYARD_TEST_IMAGE,
+                labels=labels,
+                user=settings.BOXYARD_SANDBOX_USER,
+                mounts=(),
+            )
+        )
         time.sleep(3.5)  # three windows end in silence, each resuming at the start
         docker("kill", api_name)
         docker_engine.remove_container(api_name)
@@ -448,5 +484,10 @@ def test_the_fake_runtime_tells_a_follower_what_the_engine_would(
         follower.stop()
     assert row(closed).stop_reason == StopReason.CLOSED
     assert [e.action for e in fake_runtime.happened] == [
-        "start", "start", "die", "destroy", "die", "destroy"
+        "start",
+        "start",
+        "die",
+        "destroy",
+        "die",
+        "destroy",
     ]

@@ -1,8 +1,11 @@
 """The hardened defaults, read back from the engine and proven from inside a sandbox."""
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
 from sandboxes import services
+from sandboxes.runtime import ROOT
 from tests.conftest import CHAT
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db]
@@ -48,7 +51,9 @@ def test_host_config_is_hardened(sandbox, docker_engine) -> None:
     assert host["Tmpfs"]["/.boxyard-run"].endswith("mode=0711")  # the agent's, root's only
     # The workspace is a disk of its own, of the pipeline's size.
     volume = docker_engine.api.inspect_volume(by_target["/workspace"]["Name"])
-    assert volume["Options"]["type"] == "ext4" and volume["Options"]["device"].startswith("/dev/loop")
+    assert volume["Options"]["type"] == "ext4" and volume["Options"]["device"].startswith(
+        "/dev/loop"
+    )
     assert sandbox.workspace_limit_bytes == sandbox.pipeline.workspace_mb * 1024 * 1024
 
 
@@ -68,7 +73,10 @@ def test_the_disk_keeper_may_make_loop_devices_and_nothing_else(sandbox, docker_
 def test_root_is_read_only_but_tmp_and_workspace_are_writable(sandbox, bot) -> None:
     etc = sh(sandbox, bot, "echo x > /etc/owned")
     assert etc.exit_code != 0 and "Read-only file system" in etc.stderr
-    assert sh(sandbox, bot, "echo x > /tmp/ok && echo x > /workspace/ok && echo fine").stdout == "fine\n"
+    assert (
+        sh(sandbox, bot, "echo x > /tmp/ok && echo x > /workspace/ok && echo fine").stdout
+        == "fine\n"
+    )
 
 
 def test_no_network_but_loopback(sandbox, bot) -> None:
@@ -81,10 +89,17 @@ def test_no_network_but_loopback(sandbox, bot) -> None:
 def test_pids_limit_stops_a_fork_bomb(make_pipeline, bot, docker_engine) -> None:
     pipeline = make_pipeline(pids_limit=64)
     sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
-    limit = sh(sandbox, bot, "cat /sys/fs/cgroup/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids/pids.max")
+    limit = sh(
+        sandbox, bot, "cat /sys/fs/cgroup/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids/pids.max"
+    )
     assert limit.stdout.strip() == "64"
     sh(sandbox, bot, "export KEPT=yes")
-    bomb = sh(sandbox, bot, "i=0; while [ $i -lt 200 ]; do sleep 60 & i=$((i+1)); done; echo spawned", timeout=10)
+    bomb = sh(
+        sandbox,
+        bot,
+        "i=0; while [ $i -lt 200 ]; do sleep 60 & i=$((i+1)); done; echo spawned",
+        timeout=10,
+    )
     # The loop never got to its end: a fork failed, and the shell's last words say so.
     detail = f"exit {bomb.exit_code}, stdout {bomb.stdout!r}, stderr {bomb.stderr!r}, error {bomb.error!r}"
     assert "spawned" not in bomb.stdout and bomb.exit_code != 0, detail
@@ -99,7 +114,11 @@ def test_pids_limit_stops_a_fork_bomb(make_pipeline, bot, docker_engine) -> None
 def test_memory_limit_kills_with_137(make_pipeline, bot, docker_engine) -> None:
     pipeline = make_pipeline(memory_mb=64)
     sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
-    limit = sh(sandbox, bot, "cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes")
+    limit = sh(
+        sandbox,
+        bot,
+        "cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes",
+    )
     # An engine that does not enforce it fails here, saying so: this is not a skip.
     assert limit.stdout.strip() not in ("", "max", "9223372036854771712"), (
         f"this engine does not enforce memory limits (the cgroup says {limit.stdout.strip()!r})"
@@ -109,7 +128,35 @@ def test_memory_limit_kills_with_137(make_pipeline, bot, docker_engine) -> None:
     assert sh(sandbox, bot, "echo alive").stdout == "alive\n"
 
 
-def test_skills_are_mounted_read_only_unless_rw(make_pipeline, bot, docker_engine, settings, tmp_path) -> None:
+@pytest.mark.django_db(transaction=True)  # starts from several threads at once
+def test_the_out_of_memory_killer_takes_a_command_before_the_agent(
+    sandbox, bot, docker_engine
+) -> None:
+    score = "cat /proc/self/oom_score_adj"
+    assert sh(sandbox, bot, score).stdout == "500\n"  # in the session's shell
+    fresh = services.clean_request(sandbox, cmd=score, one_shot=True)
+    assert services.run_exec(sandbox, fresh, bot).stdout == "500\n"
+    # Many starts at once: each one's child gets the command's score, the agent keeps its own.
+    with ThreadPoolExecutor(8) as pool:
+        scores = list(pool.map(lambda _: services.run_exec(sandbox, fresh, bot).stdout, range(24)))
+    assert scores == ["500\n"] * 24
+    agent = docker_engine.exec(
+        sandbox.container_id,
+        [
+            "sh",
+            "-c",
+            "for d in /proc/[0-9]*; do grep -q '^PPid:[[:space:]]*1$' $d/status 2>/dev/null"
+            " && cat $d/comm $d/oom_score_adj; done",
+        ],
+        user=ROOT,
+    )
+    name, own = agent.stdout.decode().split()
+    assert name == "boxyard-agent" and int(own) < 500
+
+
+def test_skills_are_mounted_read_only_unless_rw(
+    make_pipeline, bot, docker_engine, settings, tmp_path
+) -> None:
     from pipelines.models import Skill
 
     settings.BOXYARD_SKILL_ROOTS = [str(tmp_path)]
@@ -118,8 +165,12 @@ def test_skills_are_mounted_read_only_unless_rw(make_pipeline, bot, docker_engin
         (tmp_path / name / "README.md").write_text(f"# {name}\n")
         (tmp_path / name).chmod(0o777)
     pipeline = make_pipeline()
-    Skill.objects.create(pipeline=pipeline, name="web-search", host_path=str(tmp_path / "web-search"))
-    Skill.objects.create(pipeline=pipeline, name="scratchpad", host_path=str(tmp_path / "scratchpad"), mode="rw")
+    Skill.objects.create(
+        pipeline=pipeline, name="web-search", host_path=str(tmp_path / "web-search")
+    )
+    Skill.objects.create(
+        pipeline=pipeline, name="scratchpad", host_path=str(tmp_path / "scratchpad"), mode="rw"
+    )
     sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
     assert sh(sandbox, bot, "cat .skills/web-search/README.md").stdout == "# web-search\n"
     ro = sh(sandbox, bot, "touch .skills/web-search/x")

@@ -5,11 +5,11 @@ import shutil
 
 import pytest
 
+from boxyard.errors import WorkspaceFull
 from sandboxes import services
 from sandboxes.models import ExecState
 from sandboxes.runtime import ROOT
 from sandboxes.runtime.docker.disks import KEEPER
-from sandboxes.services.files import WorkspaceFull
 from tests.conftest import CHAT
 from tests.security.conftest import leftovers, run
 
@@ -36,7 +36,9 @@ def in_keeper(engine, command: str) -> str:
 def test_workspace_fill_stops_at_the_quota(attacked, bot, docker_engine, neighbour) -> None:
     sandbox = attacked(workspace_mb=32)
     free_before = host_free_bytes(docker_engine)
-    fill = run(sandbox, bot, "dd if=/dev/zero of=/workspace/fill bs=1M count=200", timeout_seconds=60)
+    fill = run(
+        sandbox, bot, "dd if=/dev/zero of=/workspace/fill bs=1M count=200", timeout_seconds=60
+    )
     assert fill.exit_code != 0 and "No space left on device" in fill.stderr, fill.stderr
     size = int(run(sandbox, bot, "stat -c %s /workspace/fill").stdout)
     assert size <= 32 * MIB
@@ -54,7 +56,9 @@ def test_workspace_fill_stops_at_the_quota(attacked, bot, docker_engine, neighbo
     assert usage.used_bytes is not None and usage.used_bytes < 8 * MIB
 
 
-def test_quota_survives_restart_stop_start_and_a_lost_loop_device(make_pipeline, bot, docker_engine) -> None:
+def test_quota_survives_restart_stop_start_and_a_lost_loop_device(
+    make_pipeline, bot, docker_engine
+) -> None:
     pipeline = make_pipeline(workspace_mb=32, retention="persistent")
     first = services.open_sandbox(pipeline, CHAT, bot).sandbox
     run(first, bot, "echo mine > owner")
@@ -75,7 +79,9 @@ def test_quota_survives_restart_stop_start_and_a_lost_loop_device(make_pipeline,
     assert "No space left on device" in fill.stderr
 
 
-def test_a_larger_quota_grows_the_disk_when_it_starts_again(make_pipeline, bot, docker_engine) -> None:
+def test_a_larger_quota_grows_the_disk_when_it_starts_again(
+    make_pipeline, bot, docker_engine
+) -> None:
     pipeline = make_pipeline(workspace_mb=32, retention="persistent")
     sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
     run(sandbox, bot, "echo kept > note")
@@ -85,7 +91,9 @@ def test_a_larger_quota_grows_the_disk_when_it_starts_again(make_pipeline, bot, 
     sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
     assert run(sandbox, bot, "cat note").stdout == "kept\n"
     assert sandbox.workspace_limit_bytes == 64 * MIB
-    wrote = run(sandbox, bot, "dd if=/dev/zero of=fill bs=1M count=48 && echo fits", timeout_seconds=60)
+    wrote = run(
+        sandbox, bot, "dd if=/dev/zero of=fill bs=1M count=48 && echo fits", timeout_seconds=60
+    )
     assert wrote.stdout.endswith("fits\n"), wrote.stderr
     # A smaller quota cannot shrink a disk that holds files: it applies to new workspaces.
     services.close_sandbox(sandbox, bot)
@@ -93,7 +101,9 @@ def test_a_larger_quota_grows_the_disk_when_it_starts_again(make_pipeline, bot, 
     pipeline.save()
     sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
     assert sandbox.workspace_limit_bytes == 64 * MIB
-    assert services.open_sandbox(pipeline, OTHER_CHAT, bot).sandbox.workspace_limit_bytes == 16 * MIB
+    assert (
+        services.open_sandbox(pipeline, OTHER_CHAT, bot).sandbox.workspace_limit_bytes == 16 * MIB
+    )
 
 
 def test_the_api_shows_the_workspaces_size_and_use(attacked, bot, docker_engine) -> None:
@@ -110,15 +120,22 @@ def test_the_api_shows_the_workspaces_size_and_use(attacked, bot, docker_engine)
     assert 4 * MIB <= workspace["used_bytes"] < 12 * MIB
 
 
-def test_workspaces_made_before_disks_keep_working_without_a_limit(make_pipeline, bot, docker_engine) -> None:
+def test_workspaces_made_before_disks_keep_working_without_a_limit(
+    make_pipeline, bot, docker_engine
+) -> None:
     pipeline = make_pipeline(workspace_mb=32, retention="persistent")
     sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
     services.close_sandbox(sandbox, bot)
     # What an install of before made: a plain volume of the local driver, owned by the user.
     docker_engine.remove_workspace(sandbox.volume_name)
-    docker_engine.api.create_volume(sandbox.volume_name, labels={"io.boxyard.managed": "1", "io.boxyard.deployment": sandbox_deployment()})
+    docker_engine.api.create_volume(
+        sandbox.volume_name,
+        labels={"io.boxyard.managed": "1", "io.boxyard.deployment": sandbox_deployment()},
+    )
     helper = docker_engine.api.create_container(
-        "boxyard/busybox:1", ["sh", "-c", "echo old > /w/old && chown -R 10001:10001 /w"], user=ROOT,
+        "boxyard/busybox:1",
+        ["sh", "-c", "echo old > /w/old && chown -R 10001:10001 /w"],
+        user=ROOT,
         host_config=docker_engine.api.create_host_config(binds=[f"{sandbox.volume_name}:/w"]),
     )
     docker_engine.api.start(helper["Id"])
@@ -178,19 +195,26 @@ def test_output_flood_is_cut_and_harms_nobody(attacked, bot, docker_engine, neig
     neighbour.answers()
 
 
-def test_the_workspace_is_the_sandbox_users_whatever_the_image(make_pipeline, bot, docker_engine, settings) -> None:
+def test_the_workspace_is_the_sandbox_users_whatever_the_image(
+    make_pipeline, bot, docker_engine, settings
+) -> None:
     """An image whose /workspace is root's (and says nothing of it) still gives the sandbox
     user a workspace of its own: the disk is made so."""
     api = docker_engine.api
     helper = api.create_container(
-        settings.BOXYARD_TEST_IMAGE, ["sh", "-c", "chown 0:0 /workspace && chmod 755 /workspace"],
+        settings.BOXYARD_TEST_IMAGE,
+        ["sh", "-c", "chown 0:0 /workspace && chmod 755 /workspace"],
         user=ROOT,
     )
     api.start(helper["Id"])
     api.wait(helper["Id"])
     reference = "boxyard-test/root-workspace:1"
-    api.commit(helper["Id"], repository="boxyard-test/root-workspace", tag="1",
-               changes=["LABEL io.boxyard.workspace-uid="])
+    api.commit(
+        helper["Id"],
+        repository="boxyard-test/root-workspace",
+        tag="1",
+        changes=["LABEL io.boxyard.workspace-uid="],
+    )
     api.remove_container(helper["Id"])
     settings.BOXYARD_IMAGE_ALLOWLIST = [*settings.BOXYARD_IMAGE_ALLOWLIST, reference]
     try:
@@ -201,7 +225,9 @@ def test_the_workspace_is_the_sandbox_users_whatever_the_image(make_pipeline, bo
         api.remove_image(reference, force=True)  # its container goes with the test's others
 
 
-def test_the_reconciler_deletes_a_disk_whose_volume_was_removed_outside(attacked, bot, docker_engine) -> None:
+def test_the_reconciler_deletes_a_disk_whose_volume_was_removed_outside(
+    attacked, bot, docker_engine
+) -> None:
     from sandboxes.services.reconciling import reconcile
 
     sandbox = attacked(workspace_mb=16)
@@ -219,8 +245,13 @@ def test_cpu_is_held_to_the_pipelines_share(attacked, bot, docker_engine, neighb
     from tests.security.conftest import cpu_share
 
     sandbox = attacked(cpus=0.5)
-    spin = run(sandbox, bot, "(while :; do :; done) & (while :; do :; done) & wait", background=True,
-               timeout_seconds=30)
+    spin = run(
+        sandbox,
+        bot,
+        "(while :; do :; done) & (while :; do :; done) & wait",
+        background=True,
+        timeout_seconds=30,
+    )
     share = cpu_share(docker_engine, sandbox, 2.0)
     assert 0.3 < share < 0.6, f"two spinners used {share:.2f} of a CPU under a limit of 0.5"
     neighbour.answers()

@@ -225,7 +225,7 @@ def test_the_channel_stops_reading_a_line_past_its_limit(bridge: _Duplex, monkey
 
 
 def test_contents_b64_is_decoded_a_slice_at_a_time_and_refused_before_the_write() -> None:
-    from sandboxes.services import files
+    from sandboxes.services.files import contents as files
 
     blob = os.urandom(16 * 1024 * 1024)
     size, chunks = files.decoded_contents(None, base64.b64encode(blob).decode())
@@ -272,9 +272,19 @@ def _free_port() -> int:
 def paced_server() -> Iterator[int]:
     port = _free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-         "tests.security._paced_app:application"],
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        [
+            sys.executable,
+            "-m",
+            "daphne",
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "tests.security._paced_app:application",
+        ],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     deadline = time.monotonic() + 30
     while True:
@@ -284,7 +294,9 @@ def paced_server() -> Iterator[int]:
         except OSError:
             if server.poll() is not None or time.monotonic() > deadline:
                 server.kill()
-                raise AssertionError(f"daphne did not start: {server.stderr.read().decode()}")  # type: ignore[union-attr]
+                raise AssertionError(
+                    f"daphne did not start: {server.stderr.read().decode()}"  # type: ignore[union-attr]
+                ) from None
             time.sleep(0.1)
     yield port
     server.terminate()
@@ -352,12 +364,22 @@ def test_a_request_leaves_neither_its_body_nor_its_response_to_the_garbage_colle
     token = PipelineToken.issue(pipeline, name="memory")[1]
     body = json.dumps({"pipeline": "nobody", "variables": {"pad": "p" * 2_000_000}}).encode()
     scope = {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-        "scheme": "http", "path": "/api/v1/sandboxes/open", "raw_path": b"/api/v1/sandboxes/open",
-        "root_path": "", "query_string": b"", "client": ("127.0.0.1", 40000),
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/api/v1/sandboxes/open",
+        "raw_path": b"/api/v1/sandboxes/open",
+        "root_path": "",
+        "query_string": b"",
+        "client": ("127.0.0.1", 40000),
         "server": ("testserver", 80),
-        "headers": [(b"host", b"testserver"), (b"content-type", b"application/json"),
-                    (b"authorization", f"Bearer {token}".encode())],
+        "headers": [
+            (b"host", b"testserver"),
+            (b"content-type", b"application/json"),
+            (b"authorization", f"Bearer {token}".encode()),
+        ],
     }
     gc.collect()
     gc.disable()
@@ -367,7 +389,9 @@ def test_a_request_leaves_neither_its_body_nor_its_response_to_the_garbage_colle
         gc.collect()
         # Types only: looking into the objects would evaluate the lazy ones among them.
         responses = [o for o in gc.garbage if issubclass(type(o), HttpResponseBase)]
-        bodies = [o for o in gc.garbage if issubclass(type(o), HttpRequest) and "_body" in o.__dict__]
+        bodies = [
+            o for o in gc.garbage if issubclass(type(o), HttpRequest) and "_body" in o.__dict__
+        ]
     finally:
         gc.set_debug(0)
         gc.garbage.clear()
@@ -381,10 +405,16 @@ def test_a_request_leaves_neither_its_body_nor_its_response_to_the_garbage_colle
 
 
 def test_the_malloc_policy_is_set_unless_the_operator_chose(monkeypatch: Any) -> None:
-    for variable in ("MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES"):
+    for variable in (
+        "MALLOC_ARENA_MAX",
+        "MALLOC_MMAP_THRESHOLD_",
+        "MALLOC_TRIM_THRESHOLD_",
+        "GLIBC_TUNABLES",
+    ):
         monkeypatch.delenv(variable, raising=False)
     assert heap.limit_malloc() == {
-        "MALLOC_ARENA_MAX": heap.ARENA_MAX, "MALLOC_MMAP_THRESHOLD_": heap.MMAP_THRESHOLD,
+        "MALLOC_ARENA_MAX": heap.ARENA_MAX,
+        "MALLOC_MMAP_THRESHOLD_": heap.MMAP_THRESHOLD,
         "MALLOC_TRIM_THRESHOLD_": heap.TRIM_THRESHOLD,
     }
     monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
@@ -416,7 +446,9 @@ def test_freed_memory_goes_back_to_the_system() -> None:
     assert heap.give_back()
     after = heap.resident_bytes()
     assert height - before > 190_000_000
-    assert kept - before > 150_000_000, "the freed blocks were given back before the test could look"
+    assert kept - before > 150_000_000, (
+        "the freed blocks were given back before the test could look"
+    )
     assert kept - after > 150_000_000
     del survivors
 
@@ -452,7 +484,8 @@ def test_a_slow_event_stream_reader_gets_every_chunk_in_order(
     """A background exec prints 20 MB; its event stream's reader takes a pause of two
     seconds, long enough for the server's backlog to pass its bound. It still gets every
     chunk the agent kept, in order, then the end."""
-    from sandboxes.api import _BACKLOG_CHARS, _events
+    from sandboxes.api.sse import event_stream
+    from sandboxes.services.execs.streaming import BACKLOG_CHARS as _BACKLOG_CHARS
 
     sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
     request = services.clean_request(
@@ -462,8 +495,8 @@ def test_a_slow_event_stream_reader_gets_every_chunk_in_order(
 
     async def read() -> list[tuple[str, dict[str, Any]]]:
         events: list[tuple[str, dict[str, Any]]] = []
-        stream = _events(record, 0)
-        async for raw in stream:
+        stream = event_stream(services.exec_events(record, 0)).streaming_content
+        async for raw in stream:  # type: ignore[union-attr]
             if raw.startswith(b":"):
                 continue
             head, data = raw.decode().split("\n", 1)

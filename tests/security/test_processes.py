@@ -63,7 +63,9 @@ def test_kill_ends_every_escape(attacked, bot, docker_engine, neighbour) -> None
     neighbour.answers()
 
 
-def test_what_a_finished_command_left_behind_ends_at_its_timeout(attacked, bot, docker_engine) -> None:
+def test_what_a_finished_command_left_behind_ends_at_its_timeout(
+    attacked, bot, docker_engine
+) -> None:
     sandbox = attacked()
     run(sandbox, bot, "export KEPT=yes; cd /tmp")
     record = run(sandbox, bot, ESCAPES + "echo left", timeout_seconds=4)
@@ -130,7 +132,9 @@ def pids_current(engine, sandbox) -> int:
     return int((stats.get("pids_stats") or {}).get("current", 0))
 
 
-def test_reset_unjams_a_sandbox_at_its_pids_limit(make_pipeline, bot, alice, docker_engine, neighbour) -> None:
+def test_reset_unjams_a_sandbox_at_its_pids_limit(
+    make_pipeline, bot, alice, docker_engine, neighbour
+) -> None:
     pipeline = make_pipeline(
         pids_limit=48, processes=[{"name": "server", "cmd": "sleep 100000", "restart": True}]
     )
@@ -149,17 +153,53 @@ def test_reset_unjams_a_sandbox_at_its_pids_limit(make_pipeline, bot, alice, doc
     assert leftovers(docker_engine, sandbox, but=("sleep 100000",)) == []
     assert run(sandbox, bot, "echo alive $KEPT; pwd").stdout == "alive yes\n/tmp\n"
     wait_until(
-        lambda: {p["name"]: p for p in services.list_processes(sandbox)}["server"]["generation"]
-        > before["generation"],
-        5, "the managed process started again",
+        lambda: (
+            {p["name"]: p for p in services.list_processes(sandbox)}["server"]["generation"]
+            > before["generation"]
+        ),
+        5,
+        "the managed process started again",
     )
-    assert pids_current(docker_engine, sandbox) < 40  # room again: the agent, the sessions, the server
+    assert (
+        pids_current(docker_engine, sandbox) < 40
+    )  # room again: the agent, the sessions, the server
     event = Event.objects.get(sandbox=sandbox, action="sandbox.reset")
     assert event.actor == str(bot) and event.reason == "fork storm"
     assert event.detail["killed"] == result.killed
     # The pids limit is the pipeline's again.
     limit = docker_engine.api.inspect_container(sandbox.container_id)["HostConfig"]["PidsLimit"]
     assert limit == 48
+
+
+def test_a_reset_that_cannot_open_the_channel_makes_room_for_it(
+    make_pipeline, bot, docker_engine, monkeypatch
+) -> None:
+    """Opening the agent's channel is an engine exec, which a sandbox at its pids limit may
+    refuse: the reset then raises the limit for a moment, opens the channel, and puts the
+    limit back. Here the first opening is refused on purpose, every time."""
+    from boxyard.errors import AgentGone
+    from sandboxes.services import resetting
+
+    pipeline = make_pipeline(pids_limit=48)
+    sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
+    run(sandbox, bot, "sleep 1000 &", timeout_seconds=600)
+    forget(sandbox.container_id)
+    opened: list[int] = []
+    real_channel = resetting.channel
+
+    def channel_at_the_limit(container: str):  # type: ignore[no-untyped-def]
+        limit = docker_engine.api.inspect_container(container)["HostConfig"]["PidsLimit"]
+        opened.append(limit)
+        if limit == 48:
+            raise AgentGone("no room for the bridge's exec")
+        return real_channel(container)
+
+    monkeypatch.setattr(resetting, "channel", channel_at_the_limit)
+    result = services.reset_sandbox(sandbox, bot, reason="jammed")
+    assert opened == [48, 48 + resetting._HEADROOM_PIDS], opened
+    assert result.killed >= 1
+    limit = docker_engine.api.inspect_container(sandbox.container_id)["HostConfig"]["PidsLimit"]
+    assert limit == 48  # the pipeline's again
 
 
 def test_what_a_terminal_started_ends_with_it(attacked, alice, docker_engine) -> None:
@@ -169,8 +209,11 @@ def test_what_a_terminal_started_ends_with_it(attacked, alice, docker_engine) ->
     services.takeover_lease(sandbox, alice, holder=str(alice))
     term, record = terminal.open_terminal(sandbox, alice)
     term.socket.sendall(b"id -u; sleep 1000 & (setsid sleep 1001 &); echo started\n")
-    wait_until(lambda: any("sleep 1001" in p.args for p in processes(docker_engine, sandbox)), 5,
-               "the terminal's commands ran")
+    wait_until(
+        lambda: any("sleep 1001" in p.args for p in processes(docker_engine, sandbox)),
+        5,
+        "the terminal's commands ran",
+    )
     assert any(p.args.endswith("-i") for p in processes(docker_engine, sandbox))  # its shell
     terminal.close_terminal(record, term, b"", alice)
     wait_until(lambda: not leftovers(docker_engine, sandbox), 5, "the terminal's processes ended")

@@ -32,7 +32,7 @@ IDS = {
 
 @pytest.fixture(autouse=True)
 def _hosts(settings: Any) -> None:
-    settings.ALLOWED_HOSTS = ["testserver", "localhost"]  # the test client's, Schemathesis' 
+    settings.ALLOWED_HOSTS = ["testserver", "localhost"]  # the test client's, Schemathesis'
 
 
 @pytest.fixture
@@ -86,8 +86,11 @@ def test_a_change_without_a_valid_token_is_401_like_a_read(support: Bot) -> None
 @pytest.mark.django_db
 def test_a_valid_token_needs_no_csrf_token(support: Bot) -> None:
     bot = _strict(HTTP_AUTHORIZATION=f"Bearer {support.token}")
-    ran = bot.post("/api/v1/sandboxes/open", data={"pipeline": "nope", "variables": {}},
-                   content_type="application/json")
+    ran = bot.post(
+        "/api/v1/sandboxes/open",
+        data={"pipeline": "nope", "variables": {}},
+        content_type="application/json",
+    )
     assert ran.status_code == 404, ran.content  # reached the view: no such pipeline
 
 
@@ -102,8 +105,11 @@ def _session(django_user_model: Any, **fields: Any) -> Client:
 def test_an_admin_session_still_needs_its_csrf_token(django_user_model: Any, pipeline: Any) -> None:
     admin = _session(django_user_model, username="alice", is_staff=True)
     csrf = admin.cookies["csrftoken"].value
-    forged = admin.post("/api/v1/sandboxes/open", data={"pipeline": pipeline.slug, "variables": {}},
-                        content_type="application/json")
+    forged = admin.post(
+        "/api/v1/sandboxes/open",
+        data={"pipeline": pipeline.slug, "variables": {}},
+        content_type="application/json",
+    )
     assert forged.status_code == 403, forged.content
     assert forged.json()["error"]["message"] == "CSRF check Failed"
     fair = admin.delete(f"/api/v1/sandboxes/{IDS['sandbox_id']}", HTTP_X_CSRFTOKEN=csrf)
@@ -113,7 +119,10 @@ def test_an_admin_session_still_needs_its_csrf_token(django_user_model: Any, pip
 
 @pytest.mark.django_db
 def test_a_session_that_is_not_an_admins_is_401(django_user_model: Any) -> None:
-    for fields in ({"username": "mallory"}, {"username": "former", "is_staff": True, "is_active": False}):
+    for fields in (
+        {"username": "mallory"},
+        {"username": "former", "is_staff": True, "is_active": False},
+    ):
         visitor = _strict()
         visitor.force_login(django_user_model.objects.create_user(password="x", **fields))
         refused = visitor.post("/api/v1/sandboxes/open", data={}, content_type="application/json")
@@ -139,7 +148,9 @@ def test_the_document_names_no_key_twice(db: None) -> None:
 @pytest.mark.django_db
 def test_the_status_filter_declares_the_states_it_takes(support: Bot) -> None:
     operation = _document()["paths"]["/api/v1/sandboxes"]["get"]
-    status = next(parameter for parameter in operation["parameters"] if parameter["name"] == "status")
+    status = next(
+        parameter for parameter in operation["parameters"] if parameter["name"] == "status"
+    )
     assert _enum(status["schema"]) == set(State.values)
     for value in State.values:
         listed = support.client.get("/api/v1/sandboxes", {"status": value})
@@ -173,8 +184,8 @@ def test_schemathesis_finds_nothing_on_the_status_filter(support: Bot) -> None:
     from django.core.wsgi import get_wsgi_application
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
-    from schemathesis.generation import GenerationMode
     from schemathesis.checks import not_a_server_error
+    from schemathesis.generation import GenerationMode
     from schemathesis.specs.openapi.checks import (
         negative_data_rejection,
         positive_data_acceptance,
@@ -185,17 +196,27 @@ def test_schemathesis_finds_nothing_on_the_status_filter(support: Bot) -> None:
     config = schemathesis.Config.from_dict(
         {"generation": {"mode": "all", "database": "none", "with-security-parameters": False}}
     )
-    schema = schemathesis.openapi.from_wsgi("/api/v1/openapi.json", get_wsgi_application(), config=config)
+    schema = schemathesis.openapi.from_wsgi(
+        "/api/v1/openapi.json", get_wsgi_application(), config=config
+    )
     operation = schema["/api/v1/sandboxes"]["GET"]
     checks = [
-        not_a_server_error, response_schema_conformance, status_code_conformance,
-        positive_data_acceptance, negative_data_rejection,
+        not_a_server_error,
+        response_schema_conformance,
+        status_code_conformance,
+        positive_data_acceptance,
+        negative_data_rejection,
     ]
     seen: list[int] = []
 
     @given(case=st.one_of(operation.as_strategy(mode) for mode in GenerationMode))
-    @settings(max_examples=60, derandomize=True, database=None, deadline=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=60,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
     def run(case: Any) -> None:
         response = case.call(headers={"Authorization": f"Bearer {support.token}"})
         case.validate_response(response, checks=checks)

@@ -33,7 +33,9 @@ SCRIPT_TYPES = {"", "text/javascript", "module", "application/javascript"}
 
 def policy_of(response: Any) -> dict[str, list[str]]:
     header = response.get("Content-Security-Policy")
-    assert header, f"no Content-Security-Policy on {response.status_code} {response.get('Content-Type')}"
+    assert header, (
+        f"no Content-Security-Policy on {response.status_code} {response.get('Content-Type')}"
+    )
     directives: dict[str, list[str]] = {}
     for part in header.split(";"):
         if part.strip():
@@ -61,7 +63,11 @@ class InlineScripts(HTMLParser):
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         named = dict(attrs)
-        if tag == "script" and not named.get("src") and (named.get("type") or "").lower() in SCRIPT_TYPES:
+        if (
+            tag == "script"
+            and not named.get("src")
+            and (named.get("type") or "").lower() in SCRIPT_TYPES
+        ):
             self.found.append(f"<script> without src at {self.getpos()}")
         for name, value in attrs:
             if name.startswith("on"):
@@ -109,7 +115,10 @@ def test_every_dashboard_page_carries_the_policy_and_no_inline_script(
         "not found": (admin.get(f"/sandboxes/{uuid.uuid4()}/"), 404),
         "no such page": (admin.get("/no/such/page"), 404),
         "not an admin": (visitor.get("/"), 403),
-        "download refused": (admin.get(f"/sandboxes/{sandbox.pk}/files/download", {"path": "/etc"}), 400),
+        "download refused": (
+            admin.get(f"/sandboxes/{sandbox.pk}/files/download", {"path": "/etc"}),
+            400,
+        ),
         "csrf failure": (Client(enforce_csrf_checks=True).post("/login/", {}), 403),
     }
     settings.AXES_FAILURE_LIMIT = 1
@@ -147,15 +156,23 @@ def admin_user(django_user_model: Any) -> Any:
 @pytest.mark.docker
 @pytest.mark.browser
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.skipif(not shutil.which("chromium"), reason="needs Debian's chromium (bin/test installs it)")
+@pytest.mark.skipif(
+    not shutil.which("chromium"), reason="needs Debian's chromium (bin/test installs it)"
+)
 def test_chromium_reports_no_violation_and_the_handlers_still_work(
-    admin_user: Any, server: Server, browser: Any
+    admin_user: Any,
+    server: Server,  # noqa: F811 - the imported fixture
+    browser: Any,  # noqa: F811 - the imported fixture
 ) -> None:
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     page.set_default_timeout(20_000)
     violations: list[str] = []
-    page.on("console", lambda message: violations.append(message.text)
-            if "Content Security Policy" in message.text else None)
+    page.on(
+        "console",
+        lambda message: (
+            violations.append(message.text) if "Content Security Policy" in message.text else None
+        ),
+    )
     page.on("pageerror", lambda error: violations.append(f"page error: {error}"))
 
     log_in(page, server.url, "/login/")
@@ -173,8 +190,9 @@ def test_chromium_reports_no_violation_and_the_handlers_still_work(
     token = page.inner_text("[data-testid=new-token]")
     import httpx
 
-    with httpx.Client(base_url=f"{server.url}/api/v1", headers={"Authorization": f"Bearer {token}"},
-                      timeout=60) as bot:
+    with httpx.Client(
+        base_url=f"{server.url}/api/v1", headers={"Authorization": f"Bearer {token}"}, timeout=60
+    ) as bot:
         opened = bot.post("/sandboxes/open", json={"pipeline": "support", "variables": CHAT})
         assert opened.status_code == 200, opened.text
         sandbox_id = opened.json()["sandbox_id"]
@@ -222,11 +240,18 @@ def test_chromium_reports_no_violation_and_the_handlers_still_work(
         return span ? getComputedStyle(span).color : "no span";
     }""")
     assert colour == "rgb(204, 0, 0)", colour
-    assert page.eval_on_selector(".terminal", "e => getComputedStyle(e).fontFamily").startswith('"DejaVu')
+    assert page.eval_on_selector(".terminal", "e => getComputedStyle(e).fontFamily").startswith(
+        '"DejaVu'
+    )
 
     # The rest of the dashboard, and its error pages.
-    for path in ("/sessions/?q=group", "/pipelines/", "/pipelines/support/", f"/sandboxes/{uuid.uuid4()}/",
-                 f"/sandboxes/{sandbox_id}/files/download?path=/etc"):
+    for path in (
+        "/sessions/?q=group",
+        "/pipelines/",
+        "/pipelines/support/",
+        f"/sandboxes/{uuid.uuid4()}/",
+        f"/sandboxes/{sandbox_id}/files/download?path=/etc",
+    ):
         page.goto(f"{server.url}{path}")
         page.wait_for_load_state("load")
 

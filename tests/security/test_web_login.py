@@ -30,7 +30,9 @@ def alice(django_user_model: Any) -> Any:
     return django_user_model.objects.create_user("alice", password=PASSWORD, is_staff=True)
 
 
-def log_in(password: str, *, address: str = "127.0.0.1", username: str = "alice", **headers: str) -> Any:
+def log_in(
+    password: str, *, address: str = "127.0.0.1", username: str = "alice", **headers: str
+) -> Any:
     return Client(REMOTE_ADDR=address, **headers).post(
         "/login/", {"username": username, "password": password}
     )
@@ -44,7 +46,9 @@ def _locked_out_page(response: Any) -> str:
 
 
 @pytest.mark.django_db
-def test_seventeen_wrong_passwords_in_a_row_lock_the_account_out(alice: Any, settings: Any, caplog: Any) -> None:
+def test_seventeen_wrong_passwords_in_a_row_lock_the_account_out(
+    alice: Any, settings: Any, caplog: Any
+) -> None:
     limit = settings.AXES_FAILURE_LIMIT
     assert limit == 5  # the default of BOXYARD_LOGIN_FAILURE_LIMIT
     started = time.monotonic()
@@ -68,7 +72,9 @@ def test_seventeen_wrong_passwords_in_a_row_lock_the_account_out(alice: Any, set
 
     attempt = AccessAttempt.objects.get(username="alice", ip_address="127.0.0.1")
     assert attempt.failures_since_start >= limit
-    assert AccessFailureLog.objects.filter(username="alice", ip_address="127.0.0.1").count() >= limit
+    assert (
+        AccessFailureLog.objects.filter(username="alice", ip_address="127.0.0.1").count() >= limit
+    )
     assert any("Locking out" in record.getMessage() for record in caplog.records), caplog.text
     assert took < 30, f"17 attempts took {took:.1f} s"
 
@@ -113,7 +119,10 @@ def test_a_good_log_in_starts_the_count_again(alice: Any, settings: Any) -> None
 def test_the_admin_sites_log_in_is_throttled_too(alice: Any, settings: Any) -> None:
     for n in range(settings.AXES_FAILURE_LIMIT):
         Client().post("/admin/login/", {"username": "alice", "password": f"guess-{n}"})
-    assert Client().post("/admin/login/", {"username": "alice", "password": PASSWORD}).status_code == 429
+    assert (
+        Client().post("/admin/login/", {"username": "alice", "password": PASSWORD}).status_code
+        == 429
+    )
 
 
 @pytest.mark.django_db

@@ -18,7 +18,6 @@ from django.test import Client
 from django.utils.html import escape
 
 from boxyard.errors import InvalidInput
-
 from sandboxes import services
 from tests.api.conftest import Bot, _bot
 from tests.conftest import CHAT
@@ -90,7 +89,9 @@ def test_a_name_or_path_past_the_kernels_limits_is_400_naming_path(support: Bot,
     for case, path in TOO_LONG.items():
         for call, response in _file_calls(support, box, path).items():
             _assert_names_path(response, f"{call} with {case}")
-    error = support.call("put", f"/sandboxes/{box}/files", {"path": "a" * 256, "contents": "x"}).json()
+    error = support.call(
+        "put", f"/sandboxes/{box}/files", {"path": "a" * 256, "contents": "x"}
+    ).json()
     assert "255 bytes" in error["error"]["message"], error
 
 
@@ -103,7 +104,10 @@ def test_names_of_exactly_NAME_MAX_bytes_work(support: Bot, box: str) -> None:
         wrote = support.call("put", base, {"path": name, "contents": case})
         assert wrote.status_code == 200, (case, wrote.content[:300])
         read = _at(support, "get", base, name)
-        assert read.status_code == 200 and read.json()["contents"] == case, (case, read.content[:300])
+        assert read.status_code == 200 and read.json()["contents"] == case, (
+            case,
+            read.content[:300],
+        )
         listed = _at(support, "get", f"{base}/list", "/workspace")
         assert f"/workspace/{name}" in {entry["path"] for entry in listed.json()["entries"]}, case
         assert _at(support, "delete", base, name).status_code == 200, case
@@ -123,7 +127,9 @@ def test_a_path_just_under_PATH_MAX_works(support: Bot, box: str) -> None:
 
 @pytest.mark.docker
 @pytest.mark.django_db
-def test_a_short_name_at_the_bottom_of_a_path_just_under_PATH_MAX_works(support: Bot, box: str) -> None:
+def test_a_short_name_at_the_bottom_of_a_path_just_under_PATH_MAX_works(
+    support: Bot, box: str
+) -> None:
     """The write's temporary file beside the target would be longer than the target itself:
     it is made by a relative name, so only the target's own length counts."""
     deep = "/workspace/" + ("d" * 200 + "/") * 20
@@ -171,7 +177,10 @@ def test_the_dashboards_file_view_shows_the_error_for_a_path_outside(
             page = admin.get(f"/sandboxes/{sandbox.pk}/files", query)
             assert page.status_code == 200, (query, page.status_code)
             text = page.content.decode()
-            assert 'id="files-view"' in text and 'class="error" role="alert"' in text, (query, text[:500])
+            assert 'id="files-view"' in text and 'class="error" role="alert"' in text, (
+                query,
+                text[:500],
+            )
     assert len(fake_runtime.execs) == engine_calls  # refused before anything ran
 
 
@@ -208,4 +217,6 @@ def test_the_dashboards_upload_into_a_directory_outside_is_refused_with_a_messag
 
 
 def test_an_unknown_sandbox_is_still_404(admin: Client, db: None, _hosts: None) -> None:
-    assert admin.get(f"/sandboxes/{uuid.uuid4()}/files/download", {"path": "/etc"}).status_code == 404
+    assert (
+        admin.get(f"/sandboxes/{uuid.uuid4()}/files/download", {"path": "/etc"}).status_code == 404
+    )

@@ -29,13 +29,24 @@ def cookie(django_user_model: Any) -> bytes:
     return f"sessionid={admin.cookies['sessionid'].value}".encode()
 
 
-def connects(cookie: bytes, origins: list[bytes], *, host: bytes = b"testserver",
-             scheme: str = "ws", extra: list[tuple[bytes, bytes]] | None = None) -> bool:
+def connects(
+    cookie: bytes,
+    origins: list[bytes],
+    *,
+    host: bytes = b"testserver",
+    scheme: str = "ws",
+    extra: list[tuple[bytes, bytes]] | None = None,
+) -> bool:
     """Whether the fleet's websocket opens for an admin with these Origin headers."""
     from config.asgi import application
 
     async def attempt() -> bool:
-        headers = [(b"host", host), (b"cookie", cookie), *[(b"origin", o) for o in origins], *(extra or [])]
+        headers = [
+            (b"host", host),
+            (b"cookie", cookie),
+            *[(b"origin", o) for o in origins],
+            *(extra or []),
+        ]
         communicator = WebsocketCommunicator(application, "/ws/fleet/", headers=headers)
         communicator.scope["scheme"] = scheme
         connected, _ = await communicator.connect()
@@ -86,7 +97,9 @@ def test_no_origin_two_origins_or_a_host_not_served_are_refused(cookie: bytes) -
     assert not connects(cookie, [b"http://elsewhere.example"], host=b"elsewhere.example")
 
 
-def test_behind_a_proxy_that_ends_tls_the_https_origin_is_the_sites(cookie: bytes, settings: Any) -> None:
+def test_behind_a_proxy_that_ends_tls_the_https_origin_is_the_sites(
+    cookie: bytes, settings: Any
+) -> None:
     proto = [(b"x-forwarded-proto", b"https")]
     assert not connects(cookie, [b"https://testserver"], extra=proto)  # the proxy is not trusted
     settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")

@@ -9,14 +9,26 @@ guards against other processes.
 """
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db.backends.sqlite3 import base
 
 _writer = threading.Lock()
 
+if TYPE_CHECKING:
 
-class DatabaseWrapper(base.DatabaseWrapper):
+    class _Base(base.DatabaseWrapper):
+        # Django's own hooks for a transaction's start and end, which django-stubs leaves out.
+        def _start_transaction_under_autocommit(self) -> None: ...
+        def _commit(self) -> Any: ...
+        def _rollback(self) -> Any: ...
+        def _close(self) -> Any: ...
+
+else:
+    _Base = base.DatabaseWrapper
+
+
+class DatabaseWrapper(_Base):
     _holds_writer = False
 
     def _start_transaction_under_autocommit(self) -> None:

@@ -1,11 +1,14 @@
 from argparse import ArgumentParser
 from typing import Any
 
-from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
-from django.db import transaction
 
-from pipelines.models import DEFAULT_SCOPE, Pipeline, PipelineToken
+from boxyard.actors import Actor
+from boxyard.errors import BoxyardError
+from pipelines import services
+from pipelines.models import DEFAULT_SCOPE, Pipeline
+
+ACTOR = Actor("command", "create_pipeline")
 
 
 class Command(BaseCommand):
@@ -13,34 +16,39 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("slug")
-        parser.add_argument("--scope", default=None, help=f"scope template (default {DEFAULT_SCOPE})")
-        parser.add_argument("--image", default=None, help="sandbox image (default: the default image)")
+        parser.add_argument(
+            "--scope", default=None, help=f"scope template (default {DEFAULT_SCOPE})"
+        )
+        parser.add_argument(
+            "--image", default=None, help="sandbox image (default: the default image)"
+        )
         parser.add_argument("--name", default="")
         parser.add_argument(
             "--print-token", action="store_true", help="issue an API token and print it once"
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        with transaction.atomic():
-            pipeline = Pipeline.objects.filter(slug=options["slug"]).first()
-            created = pipeline is None
+        values = {
+            field: options[option]
+            for field, option in (("scope_template", "scope"), ("image", "image"))
+            if options[option] is not None
+        }
+        pipeline = Pipeline.objects.filter(slug=options["slug"]).first()
+        try:
             if pipeline is None:
-                pipeline = Pipeline(slug=options["slug"], name=options["name"] or options["slug"])
-            if options["scope"] is not None:
-                pipeline.scope_template = options["scope"]
-            if options["image"] is not None:
-                pipeline.image = options["image"]
-            try:
-                pipeline.full_clean()
-            except ValidationError as error:
-                raise CommandError(
-                    "; ".join(f"{field}: {' '.join(msgs)}" for field, msgs in error.message_dict.items())
-                ) from None
-            pipeline.save()
+                name = options["name"] or options["slug"]
+                pipeline = services.create_pipeline(
+                    Pipeline(slug=options["slug"], name=name, **values), ACTOR
+                )
+                verb = "Created"
+            else:
+                pipeline = services.update_pipeline(pipeline, ACTOR, values)
+                verb = "Updated"
             token = None
             if options["print_token"]:
-                _, token = PipelineToken.issue(pipeline, name="create_pipeline")
-        verb = "Created" if created else "Updated"
+                _, token = services.issue_token(pipeline, ACTOR, name="create_pipeline")
+        except BoxyardError as error:
+            raise CommandError(error.message) from None
         self.stderr.write(
             f"{verb} pipeline {pipeline.slug}: scope {pipeline.scope_template}, "
             f"image {pipeline.effective_image}"

@@ -8,7 +8,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from boxyard.errors import BoxyardError
-from sandboxes.runtime.images import ensure_image
+from sandboxes.images import ensure_image
 
 
 class Command(BaseCommand):

@@ -44,12 +44,14 @@ class Command(BaseCommand):
         )
 
     def _images(self) -> None:
-        from sandboxes.runtime.images import ensure_image
+        from sandboxes.images import ensure_image
 
         for reference in (settings.BOXYARD_DEFAULT_IMAGE, settings.BOXYARD_TEST_IMAGE):
             self.stdout.write(f"Sandbox image {reference}: checking")
             try:
-                outcome = ensure_image(reference, progress=lambda line: self.stdout.write(f"  {line}"))
+                outcome = ensure_image(
+                    reference, progress=lambda line: self.stdout.write(f"  {line}")
+                )
             except BoxyardError as error:
                 raise CommandError(f"{reference}: {error.message}") from None
             self.stdout.write(f"Sandbox image {reference}: {outcome}")

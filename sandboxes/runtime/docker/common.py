@@ -9,8 +9,8 @@ from typing import Any, ParamSpec, TypeVar
 import docker.errors
 import requests.exceptions
 
-from boxyard.errors import RuntimeFailure, RuntimeUnavailable
-from sandboxes.runtime import ContainerGone, ContainerInfo, ImageMissing
+from boxyard.errors import ContainerGone, ImageMissing, RuntimeFailure, RuntimeUnavailable
+from sandboxes.runtime import ContainerInfo
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -28,13 +28,17 @@ def translate(method: Callable[P, T]) -> Callable[P, T]:
         except (requests.exceptions.ConnectionError, ConnectionError, FileNotFoundError) as error:
             raise RuntimeUnavailable(f"the Docker Engine is unreachable: {error}") from error
         except requests.exceptions.Timeout as error:
-            raise RuntimeUnavailable(f"the Docker Engine did not answer in time: {error}") from error
+            raise RuntimeUnavailable(
+                f"the Docker Engine did not answer in time: {error}"
+            ) from error
         except docker.errors.ImageNotFound as error:
             raise ImageMissing(f"image not found: {error.explanation or error}") from error
         except docker.errors.NotFound as error:
             raise ContainerGone(f"not found: {error.explanation or error}") from error
         except docker.errors.APIError as error:
-            raise RuntimeFailure(f"the Docker Engine refused: {error.explanation or error}") from error
+            raise RuntimeFailure(
+                f"the Docker Engine refused: {error.explanation or error}"
+            ) from error
         except docker.errors.DockerException as error:
             raise RuntimeUnavailable(f"the Docker Engine is unreachable: {error}") from error
 

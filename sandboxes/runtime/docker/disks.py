@@ -16,22 +16,24 @@ and /dev/loop-control); it has no network and runs nothing but the script below,
 Loop devices do not survive a restart of the engine's host. Every container start first
 asks the keeper to attach the workspace's disk (a no-op when it is attached), and the volume
 is made again whenever the device it names is not the disk's, so a workspace never mounts a
-device that now holds another one.
+device that now holds another one. An engine's restart (not its host's) keeps the devices
+attached: the keeper, started again with a fresh /dev, makes the nodes of the loop devices
+the kernel has before it looks, and finds the disk where it is.
 """
 
 import logging
 import threading
+from typing import Any
 
 import docker.errors
 from django.conf import settings
 from docker.types import Mount as DockerMount
 
-from boxyard.errors import RuntimeFailure
+from boxyard.errors import ImageMissing, RuntimeFailure
 from sandboxes.runtime import (
     LABEL_MANAGED,
     LABEL_ROLE,
     ROOT,
-    ImageMissing,
     WorkspaceInfo,
 )
 
@@ -43,11 +45,18 @@ DISKS_VOLUME = "boxyard-disks"
 LABEL_DISK = "io.boxyard.disk-mb"
 MIB = 1024 * 1024
 
+# The keeper's last line after a success. The engine may drop the output of an exec that ends
+# quickly (docker/docker-py#2042), so an answer without it is not taken: every operation is
+# idempotent, and is asked again.
+END = "=end"
+ATTEMPTS = 3
+
 # argv: op name [size-mib owner idle]. Runs as root in the keeper, one at a time per engine
 # (flock). `ensure` prints the loop device the disk is attached to and its size; `list` the
 # keeper's clock, then each disk's last change and name.
 SCRIPT = r"""
 set -eu
+trap '[ $? -ne 0 ] || echo "=end"' EXIT
 op=$1; name=$2
 case $name in ''|*[!A-Za-z0-9_.-]*) echo "bad disk name: $name" >&2; exit 2;; esac
 if [ "$op" = list ]; then
@@ -58,6 +67,14 @@ fi
 img=/disks/$name.img
 exec 9>>/disks/.lock
 flock 9
+# A keeper started anew (with its engine) has a fresh /dev: without a node for each loop
+# device the kernel has, `losetup -j` would not see a disk attached before, and attach it
+# again (leaking the first device when the disk is removed).
+for sys in /sys/block/loop[0-9]*; do
+  [ -e "$sys" ] || continue
+  n=${sys##*/loop}
+  [ -b "/dev/loop$n" ] || mknod "/dev/loop$n" b 7 "$n" 2>/dev/null || :
+done
 attached() { losetup -j "$img" -n -O NAME 2>/dev/null | head -n 1; }
 case $op in
 ensure)
@@ -173,17 +190,28 @@ class WorkspaceDisks:
                 removed.append(name)
         return removed
 
-    def _volume(self, name: str) -> dict | None:
+    def _volume(self, name: str) -> dict[str, Any] | None:
         try:
             return self.api.inspect_volume(name)
         except docker.errors.NotFound:
             return None
 
-    def _containers_using(self, name: str) -> list[dict]:
-        return self.api.containers(all=True, filters={"volume": name})
+    def _containers_using(self, name: str) -> list[dict[str, Any]]:
+        containers: list[dict[str, Any]] = self.api.containers(all=True, filters={"volume": name})
+        return containers
 
     def _run(self, *args: str) -> str:
-        """Run the script in the keeper; a keeper that vanished is made again, once."""
+        """Run the script in the keeper and return its answer; a keeper that vanished is made
+        again, and an answer the engine cut short is asked again."""
+        for _ in range(ATTEMPTS):
+            output = self._exec(args)
+            lines = output.splitlines()
+            if lines and lines[-1] == END:
+                return "\n".join(lines[:-1]).strip()
+            log.warning("the disk keeper's answer to %s came back cut: %r", args[0], output)
+        raise RuntimeFailure(f"the workspace disk of {args[1]}: {args[0]} gave no answer")
+
+    def _exec(self, args: tuple[str, ...]) -> str:
         for attempt in range(2):
             keeper = self._keeper_id()
             try:
@@ -204,7 +232,7 @@ class WorkspaceDisks:
             if code != 0:
                 detail = (stderr or stdout or b"").decode(errors="replace").strip()[-500:]
                 raise RuntimeFailure(f"the workspace disk of {args[1]}: {args[0]} failed: {detail}")
-            return (stdout or b"").decode().strip()
+            return (stdout or b"").decode()
         raise RuntimeFailure("the workspace disk keeper cannot be started")
 
     def _keeper_id(self) -> str:
@@ -226,7 +254,7 @@ class WorkspaceDisks:
     def _create_keeper(self) -> str:
         image = settings.BOXYARD_DISK_IMAGE
         try:
-            self.api.inspect_image(image)
+            self.api.inspect_image(image)  # type: ignore[no-untyped-call]  # untyped in types-docker
         except docker.errors.ImageNotFound:
             raise ImageMissing(
                 f"the workspace disk keeper runs image {image} (mkfs.ext4, losetup, flock), "
@@ -252,9 +280,13 @@ class WorkspaceDisks:
         )
         try:
             created = self.api.create_container(
-                image, ["sleep", "infinity"], name=KEEPER, user=ROOT,
+                image,
+                ["sleep", "infinity"],
+                name=KEEPER,
+                user=ROOT,
                 labels={LABEL_MANAGED: "1", LABEL_ROLE: "disks"},
-                host_config=host_config, network_disabled=True,
+                host_config=host_config,
+                network_disabled=True,
             )
             keeper: str = created["Id"]
         except docker.errors.APIError as error:

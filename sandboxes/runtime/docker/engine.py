@@ -8,19 +8,21 @@ import stat
 import tarfile
 import threading
 import time
+from collections.abc import Mapping
 from datetime import datetime
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
+from urllib.parse import quote
 
 import docker
 import docker.errors
-from docker.types import LogConfig
+import docker.utils
+from docker.types import LogConfig, Ulimit
 from docker.types import Mount as DockerMount
-from docker.types import Ulimit
 
 from boxyard import chaos
-from boxyard.errors import RuntimeFailure
+from boxyard.errors import ContainerGone, RuntimeFailure
 from sandboxes.runtime import (
     AGENT_MOUNT,
     AGENT_STATE,
@@ -58,7 +60,13 @@ MIN_CPU_QUOTA_US = 1_000
 CPU_SHARES = 256
 
 
-def cpu_limit(cpus: float) -> dict[str, int]:
+class CPULimit(TypedDict):
+    cpu_period: int
+    cpu_quota: int
+    cpu_shares: int
+
+
+def cpu_limit(cpus: float) -> CPULimit:
     """`cpus` CPUs as a period and a quota (host config arguments)."""
     period = max(CPU_PERIOD_US, round(MIN_CPU_QUOTA_US / cpus))
     return {"cpu_period": period, "cpu_quota": round(cpus * period), "cpu_shares": CPU_SHARES}
@@ -78,7 +86,7 @@ class DockerRuntime(ExecsMixin, EventsMixin):
         if self._client is None:
             with self._lock:
                 if self._client is None:
-                    kwargs: dict[str, Any] = (
+                    kwargs: Mapping[str, Any] = (
                         {"base_url": self._base_url}
                         if self._base_url
                         else docker.utils.kwargs_from_env()
@@ -97,7 +105,7 @@ class DockerRuntime(ExecsMixin, EventsMixin):
     @translate
     def image_labels(self, image: str) -> dict[str, str] | None:
         try:
-            data = self.api.inspect_image(image)
+            data = self.api.inspect_image(image)  # type: ignore[no-untyped-call]  # untyped in types-docker
         except docker.errors.NotFound:
             return None
         return (data.get("Config") or {}).get("Labels") or {}
@@ -187,7 +195,9 @@ class DockerRuntime(ExecsMixin, EventsMixin):
             read_only=True,
             tmpfs={
                 "/tmp": f"rw,nosuid,nodev,exec,size={spec.tmp_mb}m,mode=1777",
-                **({AGENT_STATE: "rw,nosuid,nodev,noexec,size=16m,mode=0711"} if spec.agent else {}),
+                **(
+                    {AGENT_STATE: "rw,nosuid,nodev,noexec,size=16m,mode=0711"} if spec.agent else {}
+                ),
             },
             pids_limit=spec.pids_limit,
             mem_limit=memory,
@@ -238,7 +248,10 @@ class DockerRuntime(ExecsMixin, EventsMixin):
         if created is not None:
             # We made it and the engine started it: no need to ask what we already know.
             return ContainerInfo(
-                id=container_id, name=created.name, status="running", labels=created.labels,
+                id=container_id,
+                name=created.name,
+                status="running",
+                labels=created.labels,
                 image=created.image,
             )
         return container_info(self.api.inspect_container(container_id))
@@ -261,7 +274,8 @@ class DockerRuntime(ExecsMixin, EventsMixin):
                     f"a container named {spec.name} exists and is not this sandbox's "
                     f"({key}={labels.get(key)!r})"
                 )
-        return data["Id"]
+        container_id: str = data["Id"]
+        return container_id
 
     @translate
     def inspect_container(self, name_or_id: str) -> ContainerInfo | None:
@@ -289,7 +303,13 @@ class DockerRuntime(ExecsMixin, EventsMixin):
 
     @translate
     def set_pids_limit(self, name_or_id: str, limit: int) -> None:
-        self.api.update_container(name_or_id, pids_limit=limit)
+        # The engine's update takes PidsLimit; docker-py's update_container does not pass it.
+        url = f"{self.api.base_url}/v{self.api.api_version}/containers/{quote(name_or_id)}/update"
+        answer = self.api.post(url, json={"PidsLimit": limit})
+        if answer.status_code == 404:
+            raise ContainerGone(f"no container {name_or_id}")
+        if answer.status_code >= 400:
+            raise RuntimeFailure(f"the Docker Engine refused the pids limit: {answer.text}")
 
     @translate
     def stop_container(self, name_or_id: str, timeout: int = 5) -> None:
@@ -322,8 +342,11 @@ class DockerRuntime(ExecsMixin, EventsMixin):
         return Usage(
             cpu_ns=int(cpu["cpu_usage"].get("total_usage", 0)),
             system_ns=int(cpu.get("system_cpu_usage", 0)),
-            online_cpus=int(cpu.get("online_cpus") or len(cpu["cpu_usage"].get("percpu_usage") or [1])),
-            memory_bytes=int(memory.get("usage", 0)) - int((memory.get("stats") or {}).get("cache", 0)),
+            online_cpus=int(
+                cpu.get("online_cpus") or len(cpu["cpu_usage"].get("percpu_usage") or [1])
+            ),
+            memory_bytes=int(memory.get("usage", 0))
+            - int((memory.get("stats") or {}).get("cache", 0)),
             memory_limit_bytes=int(memory.get("limit", 0)),
         )
 
@@ -354,7 +377,9 @@ class DockerRuntime(ExecsMixin, EventsMixin):
         )
         try:
             if _archive_size(self.api, helper["Id"], f"{AGENT_MOUNT}/boxyard-agent") != len(binary):
-                self.api.put_archive(helper["Id"], AGENT_MOUNT, _single_file_tar("boxyard-agent", binary))
+                self.api.put_archive(
+                    helper["Id"], AGENT_MOUNT, _single_file_tar("boxyard-agent", binary)
+                )
         finally:
             self.api.remove_container(helper["Id"], force=True)
         return name

@@ -1,7 +1,7 @@
 """The engine's container events, as a stream that outlives the connections under it."""
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import docker
 
@@ -13,7 +13,10 @@ from sandboxes.runtime.event_stream import ResumingEvents, parse_clock, parse_ev
 class EventsMixin:
     """The events half of `DockerRuntime` (it gives `api`)."""
 
-    api: docker.APIClient
+    if TYPE_CHECKING:
+
+        @property
+        def api(self) -> docker.APIClient: ...
 
     def events(self, labels: dict[str, str], since: float | None = None) -> ResumingEvents:
         """A `ResumingEvents` (an `EventStream`) over windows of the engine's event stream."""
@@ -39,10 +42,15 @@ class EventsMixin:
     def _event_window(self, labels: dict[str, str], since_ns: int, until_ns: int) -> Any:
         """The engine's container events from since_ns to until_ns (it closes the stream then),
         as an `event_stream.Window`."""
-        stream = self.api.events(
-            since=stamp(since_ns), until=stamp(until_ns), decode=True,
+        # docker-py passes `since` and `until` on as they are; the engine takes them as text, to
+        # the nanosecond, where types-docker allows only a datetime or whole seconds.
+        stream = self.api.events(  # type: ignore[call-overload]  # since and until as text
+            since=stamp(since_ns),
+            until=stamp(until_ns),
+            decode=True,
             filters={
-                "type": ["container"], "event": ["start", "die", "oom", "destroy"],
+                "type": ["container"],
+                "event": ["start", "die", "oom", "destroy"],
                 "label": [f"{key}={value}" for key, value in labels.items()],
             },
         )

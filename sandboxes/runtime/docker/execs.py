@@ -3,12 +3,14 @@
 import socket
 import time
 from collections.abc import Iterable
+from typing import TYPE_CHECKING, cast
 
 import docker
 import docker.errors
 from django.conf import settings
 
-from sandboxes.runtime import ContainerGone, ExecResult
+from boxyard.errors import ContainerGone
+from sandboxes.runtime import ExecResult
 from sandboxes.runtime.docker.common import translate
 from sandboxes.runtime.streams import (
     STDERR,
@@ -27,7 +29,10 @@ STREAM_IDLE_TIMEOUT = 300
 class ExecsMixin:
     """The exec half of `DockerRuntime` (it gives `api`)."""
 
-    api: docker.APIClient
+    if TYPE_CHECKING:
+
+        @property
+        def api(self) -> docker.APIClient: ...
 
     @translate
     def exec(
@@ -90,23 +95,38 @@ class ExecsMixin:
 
     @translate
     def open_terminal(
-        self, container: str, argv: list[str], *, env: dict[str, str] | None = None,
-        cols: int = 80, rows: int = 24, user: str | None = None,
+        self,
+        container: str,
+        argv: list[str],
+        *,
+        env: dict[str, str] | None = None,
+        cols: int = 80,
+        rows: int = 24,
+        user: str | None = None,
     ) -> SocketTerminal:
         try:
             created = self.api.exec_create(
-                container, argv, stdout=True, stderr=True, stdin=True, tty=True,
-                environment=env or None, user=user or settings.BOXYARD_SANDBOX_USER,
+                container,
+                argv,
+                stdout=True,
+                stderr=True,
+                stdin=True,
+                tty=True,
+                environment=env or None,
+                user=user or settings.BOXYARD_SANDBOX_USER,
             )
         except docker.errors.APIError as error:
             if error.status_code == 409:
                 raise ContainerGone(f"the container is not running: {error.explanation}") from error
             raise
         raw = self.api.exec_start(created["Id"], socket=True, tty=True)
-        sock: socket.socket = getattr(raw, "_sock", raw)
+        # A SocketIO around the socket (its `_sock`, which typeshed leaves out), or over SSH the
+        # socket itself.
+        sock = cast(socket.socket, getattr(raw, "_sock", raw))
         exec_id = created["Id"]
         terminal = SocketTerminal(
-            sock, lambda cols, rows: self._resize(exec_id, cols, rows),
+            sock,
+            lambda cols, rows: self._resize(exec_id, cols, rows),
             lambda: self._exit_code(exec_id),
         )
         terminal.resize(cols, rows)
@@ -147,7 +167,9 @@ class ExecsMixin:
                 raise ContainerGone(f"the container is not running: {error.explanation}") from error
             raise
         raw = self.api.exec_start(created["Id"], socket=True)
-        sock: socket.socket = getattr(raw, "_sock", raw)
+        # A SocketIO around the socket (its `_sock`, which typeshed leaves out), or over SSH the
+        # socket itself.
+        sock = cast(socket.socket, getattr(raw, "_sock", raw))
         # Waiting is bounded by the stream's deadline, not by the client's request timeout; a
         # stream without a deadline still gives up after a long silence.
         sock.settimeout(None if with_deadline else STREAM_IDLE_TIMEOUT)

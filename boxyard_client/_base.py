@@ -1,0 +1,46 @@
+"""What both clients share: the connection settings, and how a `Call` becomes a request."""
+
+from __future__ import annotations
+
+from typing import Any, Generic, TypeVar
+
+import httpx
+
+from boxyard_client._calls import API_ROOT, DEFAULT_TIMEOUT, Call
+from boxyard_client._endpoints import Endpoints
+
+Http = TypeVar("Http", httpx.Client, httpx.AsyncClient)
+
+
+class ClientBase(Endpoints, Generic[Http]):
+    """What both clients share: the connection settings, and how a `Call` becomes a request."""
+
+    _http_class: type[Http]
+    _http: Http
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        """`base_url` is the server ("https://boxyard.example") or its API root (".../api/v1")."""
+        root = base_url.rstrip("/")
+        self.timeout = timeout
+        self._http = self._http_class(
+            base_url=root if root.endswith(API_ROOT) else root + API_ROOT,
+            headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
+            timeout=timeout,
+            transport=transport,  # type: ignore[arg-type]  # the caller matches it to the client's kind
+        )
+
+    def _request(self, call: Call[Any]) -> httpx.Request:
+        return self._http.build_request(
+            call.method,
+            call.path,
+            params=call.params,
+            json=call.json,
+            timeout=self.timeout + call.wait_seconds,
+        )

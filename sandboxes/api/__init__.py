@@ -1,0 +1,11 @@
+"""The bot API's sandbox routes, by resource: parse, fetch what the caller may see, call one
+service, present the answer. Shapes and presenters are in `sandboxes.schemas`; errors are
+mapped once, in `config.api`."""
+
+from ninja import Router
+
+from sandboxes.api import execs, files, sandboxes, shells
+
+router = Router()
+for routes in (sandboxes, execs, files, shells):
+    router.add_router("", routes.router)

@@ -1,0 +1,116 @@
+"""The bot API's routes for commands: run one, read its output (polled or as server-sent
+events), wait for it, kill it."""
+
+from typing import Any
+
+from django.http import HttpRequest, StreamingHttpResponse
+from ninja import Query, Router
+from ninja.responses import codes_4xx, codes_5xx
+
+from sandboxes import selectors, services
+from sandboxes.api.common import principal, responds
+from sandboxes.api.sse import event_stream
+from sandboxes.schemas import ErrorOut, Fencing
+from sandboxes.schemas.execs import (
+    SSE_EVENT,
+    ExecIn,
+    ExecOut,
+    ExecOutputOut,
+    KillOut,
+    OutputQuery,
+    StreamQuery,
+    WaitIn,
+    WaitOut,
+    exec_out,
+    progress_out,
+)
+
+router = Router(tags=["sandboxes"])
+
+
+@router.post("/sandboxes/{sandbox_id}/exec", response=responds(ExecOut), summary="Run a command")
+def exec_command(request: HttpRequest, sandbox_id: str, body: ExecIn) -> dict[str, Any]:
+    who = principal(request)
+    sandbox = selectors.sandbox_for(who, sandbox_id)
+    exec_request = services.clean_request(
+        sandbox,
+        cmd=body.cmd,
+        cwd=body.cwd,
+        env=body.env,
+        session=body.session,
+        timeout_seconds=body.timeout_seconds,
+        background=body.background,
+        one_shot=body.fresh,
+    )
+    record = services.run_exec(
+        sandbox, exec_request, who.actor, holder=body.holder, epoch=body.epoch
+    )
+    return exec_out(record)
+
+
+@router.get(
+    "/sandboxes/{sandbox_id}/execs/{exec_id}", response=responds(ExecOut), summary="One exec"
+)
+def get_exec(request: HttpRequest, sandbox_id: str, exec_id: str) -> dict[str, Any]:
+    who = principal(request)
+    sandbox = selectors.sandbox_for(who, sandbox_id)
+    return exec_out(selectors.exec_for(who, sandbox, exec_id))
+
+
+@router.get(
+    "/sandboxes/{sandbox_id}/execs/{exec_id}/output",
+    response=responds(ExecOutputOut),
+    summary="An exec's output as numbered chunks",
+)
+def exec_output(
+    request: HttpRequest, sandbox_id: str, exec_id: str, query: Query[OutputQuery]
+) -> dict[str, Any]:
+    who = principal(request)
+    record = selectors.exec_for(who, selectors.sandbox_for(who, sandbox_id), exec_id)
+    chunks, record = services.exec_output(record, query.since_seq, query.max_bytes)
+    return {"chunks": chunks, **progress_out(record)}
+
+
+@router.get(
+    "/sandboxes/{sandbox_id}/execs/{exec_id}/stream",
+    response={200: None, codes_4xx: ErrorOut, codes_5xx: ErrorOut},
+    summary="An exec's output as server-sent events, as it is produced",
+    openapi_extra={
+        "responses": {
+            200: {  # the same key as `response`'s, or the document would hold "200" twice
+                "description": "`chunk` events ({seq, stream, text}), then one `exit` event "
+                "({exit_code, timed_out, killed}); comments keep the connection alive.",
+                "content": {"text/event-stream": {"schema": SSE_EVENT}},
+            }
+        }
+    },
+)
+def exec_stream(
+    request: HttpRequest, sandbox_id: str, exec_id: str, query: Query[StreamQuery]
+) -> StreamingHttpResponse:
+    who = principal(request)
+    record = selectors.exec_for(who, selectors.sandbox_for(who, sandbox_id), exec_id)
+    return event_stream(services.exec_events(record, query.since_seq))
+
+
+@router.post(
+    "/sandboxes/{sandbox_id}/execs/{exec_id}/wait",
+    response=responds(WaitOut),
+    summary="Wait for an exec",
+)
+def exec_wait(request: HttpRequest, sandbox_id: str, exec_id: str, body: WaitIn) -> dict[str, Any]:
+    who = principal(request)
+    record = selectors.exec_for(who, selectors.sandbox_for(who, sandbox_id), exec_id)
+    return progress_out(services.wait_exec(record, body.timeout_seconds))
+
+
+@router.post(
+    "/sandboxes/{sandbox_id}/execs/{exec_id}/kill",
+    response=responds(KillOut),
+    summary="Kill an exec",
+)
+def exec_kill(request: HttpRequest, sandbox_id: str, exec_id: str, body: Fencing) -> dict[str, Any]:
+    who = principal(request)
+    record = selectors.exec_for(who, selectors.sandbox_for(who, sandbox_id), exec_id)
+    record = services.kill_exec(record, who.actor, holder=body.holder, epoch=body.epoch)
+    return {"ok": True, "status": record.state}

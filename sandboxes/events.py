@@ -1,0 +1,35 @@
+"""The history: every change to a sandbox or a pipeline is an append-only event (who, what,
+when, why), written in the transaction that makes the change."""
+
+from typing import Any
+
+from boxyard.actors import Actor
+from sandboxes import live
+from sandboxes.models import Event, Sandbox
+
+
+def record(
+    actor: Actor | str,
+    action: str,
+    *,
+    sandbox: Sandbox | None = None,
+    pipeline_id: int | None = None,
+    reason: str = "",
+    **detail: Any,
+) -> Event:
+    """Append an event about a sandbox (and so its pipeline) or a pipeline alone.
+
+    Call it inside the transaction that makes the change it records; once that commits, the
+    dashboards hear that the sandbox changed.
+    """
+    event = Event.objects.create(
+        actor=str(actor),
+        action=action,
+        sandbox=sandbox,
+        pipeline_id=sandbox.pipeline_id if sandbox is not None else pipeline_id,
+        reason=reason[:200],
+        detail=detail,
+    )
+    if sandbox is not None:
+        live.changed(sandbox.pk, sandbox.pipeline_id)
+    return event

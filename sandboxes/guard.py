@@ -1,0 +1,213 @@
+"""The one guard of every change made to a sandbox: act on it as this holder.
+
+    with acting_on(sandbox, actor, "exec", holder=holder, epoch=epoch) as acting:
+        ...  # acting.sandbox: the row, locked and read again; acting.lease: the caller's lease
+
+In one transaction: the holder and epoch are checked as input, the row is locked and read
+again, its state must allow the operation (running, unless said otherwise), and the lease is
+checked against the database's clock: a free or expired lease is taken by the caller (the
+epoch grows), the caller's own is renewed, anyone else's refuses the call. So a holder that
+lost the lease never reaches the container, and the operation's own rows (an exec, an event)
+are written under the same lock.
+
+The lease's rules (the contract the bots see):
+- a call without a holder acts as the sandbox's default holder, its scope key;
+- a free or expired lease is taken by whoever calls; the epoch grows when the holder changes;
+- a live lease of another holder refuses the call: 423 for the holder it was taken from by a
+  takeover, 409 for anyone else; a stale epoch is 409 too.
+"""
+
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.db.models.functions import Now
+
+from boxyard.actors import Actor
+from boxyard.errors import InvalidInput, InvalidState, LeaseBusy, NotFound, StaleEpoch, TakenOver
+from sandboxes import events
+from sandboxes.models import Lease, Sandbox, State
+
+MAX_HOLDER_LENGTH = 200
+# A lease is renewed by a call only when that moves its expiry by at least this much.
+RENEW_GRANULARITY = timedelta(seconds=1)
+RUNNING: Collection[State] = (State.RUNNING,)
+# Every state but destroyed: the lease's own operations and closing work in all of them.
+LIVE: Collection[State] = tuple(s for s in State if s != State.DESTROYED)
+
+
+@dataclass(frozen=True)
+class Acting:
+    """What the guard established: the locked row, the cleaned holder and epoch and, when
+    the operation needs one, the lease it acts under."""
+
+    sandbox: Sandbox
+    holder: str
+    epoch: int | None
+    lease: Lease | None
+
+
+@contextmanager
+def acting_on(
+    sandbox: Sandbox,
+    actor: Actor,
+    operation: str,
+    *,
+    holder: object = None,
+    epoch: object = None,
+    states: Collection[State] = RUNNING,
+    hold_lease: bool = True,
+    activity: bool = False,
+) -> Iterator[Acting]:
+    """Guard a change of `sandbox` by `actor` (the body runs inside the transaction).
+
+    `operation` names the change in refusals ("cannot exec: the sandbox is stopped").
+    `hold_lease=False` skips the lease (an admin's stop, restart or reset needs none; the
+    lease's own operations apply their own rule); `activity` counts the call as activity.
+    Raises InvalidInput (holder, epoch), NotFound, InvalidState, LeaseBusy, TakenOver and
+    StaleEpoch; nothing has changed then.
+    """
+    cleaned_holder = clean_holder(holder, sandbox)
+    cleaned_epoch = clean_epoch(epoch)
+    with transaction.atomic():
+        locked = _locked(sandbox)
+        require_state(locked, operation, states)
+        lease = authorize(locked, cleaned_holder, cleaned_epoch, actor) if hold_lease else None
+        if activity:
+            locked.record_activity()
+        yield Acting(sandbox=locked, holder=cleaned_holder, epoch=cleaned_epoch, lease=lease)
+
+
+def _locked(sandbox: Sandbox) -> Sandbox:
+    """The row locked and read again, with the pipeline the caller loaded a moment ago.
+
+    NO KEY UPDATE, not UPDATE: rows that merely reference the sandbox (execs, events, the
+    lease) take KEY SHARE locks on it, and a plain FOR UPDATE would queue against them and
+    deadlock concurrent operations on PostgreSQL. (SQLite serializes whole transactions.)
+    """
+    locked = Sandbox.objects.select_for_update(no_key=True).filter(pk=sandbox.pk).first()
+    if locked is None:
+        raise NotFound(f"no sandbox {sandbox.pk}")
+    if Sandbox.pipeline.is_cached(sandbox):
+        locked.pipeline = sandbox.pipeline
+    return locked
+
+
+def require_state(sandbox: Sandbox, operation: str, states: Collection[State]) -> None:
+    if sandbox.state in states:
+        return
+    if tuple(states) == tuple(RUNNING):
+        require_running(sandbox, operation)
+    raise InvalidState(f"cannot {operation}: the sandbox is {sandbox.state}", state=sandbox.state)
+
+
+def require_running(sandbox: Sandbox, operation: str) -> None:
+    if sandbox.state != State.RUNNING:
+        why = f" ({sandbox.stop_reason})" if sandbox.stop_reason else ""
+        raise InvalidState(
+            f"cannot {operation}: the sandbox is {sandbox.state}{why}; open it again to start it",
+            state=sandbox.state,
+            stop_reason=sandbox.stop_reason,
+        )
+
+
+def clean_holder(holder: object, sandbox: Sandbox) -> str:
+    if holder is None or holder == "":
+        return sandbox.scope_key[:MAX_HOLDER_LENGTH]
+    if not isinstance(holder, str) or not holder.strip():
+        raise InvalidInput("holder", "must be a non-empty string")
+    if len(holder) > MAX_HOLDER_LENGTH or any(ord(ch) < 32 for ch in holder):
+        raise InvalidInput("holder", f"must be at most {MAX_HOLDER_LENGTH} printable characters")
+    return holder
+
+
+def clean_epoch(epoch: object) -> int | None:
+    if epoch is None:
+        return None
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+        raise InvalidInput("epoch", "must be a non-negative integer")
+    return epoch
+
+
+# --- the lease ------------------------------------------------------------------------------------
+
+
+def take_lease(sandbox: Sandbox, holder: object, actor: Actor) -> Lease:
+    """Take or share the lease for `holder` (an open): the same holder shares it, a free or
+    expired one is taken. Call inside a transaction."""
+    cleaned = clean_holder(holder, sandbox)
+    return authorize(sandbox, cleaned, None, actor)
+
+
+def authorize(sandbox: Sandbox, holder: str, epoch: int | None, actor: Actor) -> Lease:
+    """Check that `holder` may act now, take a free lease for it, and renew it.
+
+    Raises LeaseBusy, TakenOver or StaleEpoch. Call inside a transaction.
+    """
+    lease, now = locked_lease(sandbox)
+    expires_at = now + lease_duration(sandbox)
+    acquired_from: str | None = None
+    if lease_is_live(lease, now):
+        if lease.holder != holder:
+            raise refusal(lease, holder)
+        if epoch is not None and epoch != lease.epoch:
+            raise StaleEpoch(
+                f"epoch {epoch} is stale; the lease is at epoch {lease.epoch}", epoch=lease.epoch
+            )
+    elif epoch is not None and (lease.holder != holder or epoch != lease.epoch):
+        # The lease lapsed and may have changed hands since this epoch was issued.
+        raise StaleEpoch(
+            f"epoch {epoch} is stale (the lease is at epoch {lease.epoch}); open the sandbox "
+            "again to take a fresh lease",
+            epoch=lease.epoch,
+        )
+    elif lease.holder != holder:
+        acquired_from = lease.holder
+        lease.holder = holder
+        lease.epoch += 1
+        lease.acquired_at = now
+        lease.taken_over_from = ""
+    if lease.expires_at is None or expires_at - lease.expires_at >= RENEW_GRANULARITY:
+        lease.expires_at = expires_at
+        lease.save(
+            update_fields=["holder", "epoch", "expires_at", "acquired_at", "taken_over_from"]
+        )
+    # else: renewed less than a second ago; a burst of calls writes the lease once.
+    if acquired_from is not None:
+        events.record(
+            actor, "lease.acquired", sandbox=sandbox, holder=holder, epoch=lease.epoch,
+            previous_holder=acquired_from,
+        )  # fmt: skip
+    return lease
+
+
+def locked_lease(sandbox: Sandbox) -> tuple[Lease, datetime]:
+    """The sandbox's lease, locked, and the database's clock now."""
+    lease = Lease.objects.select_for_update(no_key=True).annotate(db_now=Now()).get(sandbox=sandbox)
+    now: datetime = lease.db_now
+    return lease, now
+
+
+def lease_is_live(lease: Lease, now: datetime) -> bool:
+    return bool(lease.holder) and lease.expires_at is not None and lease.expires_at > now
+
+
+def lease_duration(sandbox: Sandbox) -> timedelta:
+    return timedelta(seconds=sandbox.pipeline.lease_timeout_seconds)
+
+
+def refusal(lease: Lease, holder: str) -> LeaseBusy | TakenOver:
+    """Why `holder` may not act while `lease` is live: taken over from it, or busy."""
+    if holder == lease.taken_over_from:
+        return TakenOver(
+            f"the sandbox was taken over by {lease.holder}; wait until it is released",
+            holder=lease.holder,
+            expires_at=lease.expires_at,
+        )
+    return LeaseBusy(
+        f"the sandbox is leased to {lease.holder} until {lease.expires_at:%Y-%m-%dT%H:%M:%SZ}",
+        holder=lease.holder,
+        expires_at=lease.expires_at,
+    )

@@ -1,0 +1,179 @@
+"""Commands as the bot API takes and shows them: an exec, its output as numbered chunks, its
+end; compute mode's one run. With the presenters that turn rows into them."""
+
+from typing import Any, Literal
+from uuid import UUID
+
+from ninja import Field, Schema
+from pydantic import StrictStr
+
+from sandboxes.models import Exec, ExecState
+from sandboxes.schemas.common import Fencing
+from sandboxes.services import RunResult
+
+
+class ExecIn(Fencing):
+    cmd: list[StrictStr] | StrictStr = Field(
+        ...,
+        description="argv list (run as is), or a shell string (run in the session's shell, so "
+        "`cd`, `export` and functions persist)",
+    )
+    cwd: str | None = Field(
+        None,
+        description="For this command only; default: the session's cwd. Relative paths are "
+        "under /workspace.",
+    )
+    env: dict[str, StrictStr] | None = Field(
+        None, description="Variables for this command only, on top of the session's."
+    )
+    session: str | None = Field(None, description="Shell session name (default 'default').")
+    timeout_seconds: int | None = Field(
+        None, ge=1, description="Default: the pipeline's; background execs have none unless given."
+    )
+    background: bool = Field(
+        False, description="Return at once; read the output by sequence number, wait, or kill."
+    )
+    fresh: bool = Field(
+        False,
+        description="Run in a new process outside any session, in /workspace (or cwd) with "
+        "the sandbox's environment: no session state is read or kept. Not with background.",
+    )
+
+
+class ExecOut(Schema):
+    exec_id: UUID
+    status: str
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    truncated: bool
+    stdout_truncated: bool
+    stderr_truncated: bool
+    duration_ms: int | None
+    session: str
+    background: bool
+    session_restarted: bool = Field(
+        description="The command ended its shell (exit, exec, set -e, a kill): the session was "
+        "started again from its last cwd and environment."
+    )
+    oom_killed: bool = Field(
+        description="The kernel killed it (exit code 137): the sandbox ran out of memory."
+    )
+    error: str
+
+
+class Chunk(Schema):
+    seq: int
+    stream: Literal["stdout", "stderr"]
+    text: str
+
+
+class ExecOutputOut(Schema):
+    chunks: list[Chunk]
+    done: bool
+    status: str
+    exit_code: int | None
+
+
+class WaitIn(Schema):
+    timeout_seconds: float = Field(30, ge=0, le=900)
+
+
+class WaitOut(Schema):
+    done: bool
+    status: str
+    exit_code: int | None
+
+
+class KillOut(Schema):
+    ok: bool
+    status: str
+
+
+class OutputQuery(Schema):
+    since_seq: int = Field(0, ge=0, description="The last sequence number already seen (0: none).")
+    max_bytes: int | None = Field(
+        None, ge=1, le=16 * 1024 * 1024, description="About how much output to return at most."
+    )
+
+
+class StreamQuery(Schema):
+    since_seq: int = Field(0, ge=0, description="The last sequence number already seen (0: none).")
+
+
+class RunIn(Schema):
+    pipeline: str = Field(..., min_length=1, max_length=50)
+    language: str = Field(..., description="python, bash or sh")
+    code: str
+    files: dict[str, str] | None = Field(None, description="More files: path → text")
+    env: dict[str, str] | None = None
+    timeout_seconds: int | None = Field(None, ge=1)
+
+
+class RunOut(Schema):
+    ok: bool
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    truncated: bool
+    duration_ms: int
+    status: str
+    oom_killed: bool = Field(description="The kernel killed it: the sandbox ran out of memory.")
+    error: str
+
+
+# One server-sent event of an exec's stream (its `data` is a JSON object).
+SSE_EVENT = {
+    "type": "object",
+    "required": ["event", "data"],
+    "properties": {
+        "event": {"type": "string", "enum": ["chunk", "exit", "gone"]},
+        "data": {
+            "type": "string",
+            "contentMediaType": "application/json",
+            "contentSchema": {"type": "object"},
+        },
+    },
+}
+
+
+def exec_out(record: Exec) -> dict[str, Any]:
+    return {
+        "exec_id": record.id,
+        "status": record.state,
+        "exit_code": record.exit_code,
+        "stdout": record.stdout,
+        "stderr": record.stderr,
+        "truncated": record.truncated,
+        "stdout_truncated": record.stdout_truncated,
+        "stderr_truncated": record.stderr_truncated,
+        "duration_ms": record.duration_ms,
+        "session": record.session,
+        "background": record.background,
+        "session_restarted": record.session_restarted,
+        "oom_killed": record.oom_killed,
+        "error": record.error,
+    }
+
+
+def progress_out(record: Exec) -> dict[str, Any]:
+    return {
+        "done": record.state != ExecState.RUNNING,
+        "status": record.state,
+        "exit_code": record.exit_code,
+    }
+
+
+def run_out(result: RunResult) -> dict[str, Any]:
+    record = result.exec
+    return {
+        "ok": result.ok,
+        "exit_code": record.exit_code,
+        "stdout": record.stdout,
+        "stderr": record.stderr,
+        "truncated": record.truncated,
+        "duration_ms": result.duration_ms,
+        "status": record.state,
+        "oom_killed": record.oom_killed,
+        "error": record.error,
+    }

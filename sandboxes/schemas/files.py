@@ -1,0 +1,84 @@
+"""Files as the bot API takes and shows them (JSON: text, or base64 for binary), with the
+presenters that turn the services' answers into them."""
+
+import base64
+from typing import Any
+
+from ninja import Field, Schema
+
+from sandboxes.schemas.common import Fencing
+from sandboxes.services.files import FileContent, FileEntry
+
+
+class WriteIn(Fencing):
+    path: str = Field(..., min_length=1, max_length=4096)
+    contents: str | None = None
+    contents_b64: str | None = None
+    mode: str | None = Field(None, description="Octal permissions, default '0644'.")
+    overwrite: bool = True
+
+
+class WriteOut(Schema):
+    ok: bool
+    path: str
+    size_bytes: int
+
+
+class ReadOut(Schema):
+    path: str
+    contents: str | None = None
+    contents_b64: str | None = None
+    truncated: bool
+    size_bytes: int
+
+
+class EntryOut(Schema):
+    path: str
+    name: str
+    type: str
+    size: int
+    mode: str
+    mtime_unix: int
+
+
+class ListOut(Schema):
+    entries: list[EntryOut]
+    truncated: bool
+
+
+class DeleteOut(Schema):
+    ok: bool
+    deleted: str
+
+
+class ReadQuery(Schema):
+    path: str = Field(..., min_length=1, max_length=4096)
+    max_bytes: int | None = Field(None, ge=0)
+
+
+class ListQuery(Schema):
+    path: str = Field("/workspace", min_length=1, max_length=4096)
+    recursive: bool = False
+
+
+class DeleteQuery(Fencing):
+    path: str = Field(..., min_length=1, max_length=4096)
+    recursive: bool = False
+
+
+def read_out(path: str, content: FileContent) -> dict[str, Any]:
+    """Text as it is; anything that is not UTF-8 as base64."""
+    shown: dict[str, Any] = {
+        "path": path,
+        "truncated": content.truncated,
+        "size_bytes": content.size_bytes,
+    }
+    try:
+        shown["contents"] = content.data.decode("utf-8")
+    except UnicodeDecodeError:
+        shown["contents_b64"] = base64.b64encode(content.data).decode()
+    return shown
+
+
+def list_out(entries: list[FileEntry], truncated: bool) -> dict[str, Any]:
+    return {"entries": [EntryOut(**entry.__dict__) for entry in entries], "truncated": truncated}

@@ -1,0 +1,42 @@
+"""Exec: commands in a sandbox's shell sessions, in the foreground or the background.
+
+`requests`: checking what the caller asked for; `running`: the exec recorded under the guard
+and run through the agent; `oneshot`: a new engine exec, for sandboxes without the agent;
+`ending`: an exec's end, recorded once; `reading`: output, waiting, killing; `streaming`: the
+output pushed as it comes, to its end.
+"""
+
+from sandboxes.services.execs.ending import finish_from_status
+from sandboxes.services.execs.reading import (
+    exec_chunks,
+    exec_output,
+    kill_exec,
+    subscribe,
+    wait_exec,
+)
+from sandboxes.services.execs.requests import (
+    ExecRequest,
+    clean_cwd,
+    clean_env,
+    clean_request,
+    clean_session_name,
+)
+from sandboxes.services.execs.running import FRESH_SINCE_VERSION, run_exec
+from sandboxes.services.execs.streaming import exec_events
+
+__all__ = [
+    "FRESH_SINCE_VERSION",
+    "ExecRequest",
+    "clean_cwd",
+    "clean_env",
+    "clean_request",
+    "clean_session_name",
+    "exec_chunks",
+    "exec_events",
+    "exec_output",
+    "finish_from_status",
+    "kill_exec",
+    "run_exec",
+    "subscribe",
+    "wait_exec",
+]

@@ -1,0 +1,131 @@
+"""An exec's end, recorded once: from the agent's report, from a one-shot engine exec, or as
+a failure. Only the first report counts (a conditional update on `running`), so the request
+that waited for it, a watcher thread and a later reader can all try. An end is activity of the
+sandbox, and counted."""
+
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from boxyard.errors import NotFound
+from sandboxes import metrics
+from sandboxes.models import Exec, ExecState, Sandbox
+from sandboxes.runtime import answers
+from sandboxes.runtime.agent import channel
+
+
+def finish_from_status(record: Exec, status: dict[str, Any]) -> Exec:
+    """Record an exec's end as the agent reports it (nothing if it has not ended)."""
+    if not status.get("finished"):
+        return record
+    stdout_bytes = answers.count(status.get("stdout_bytes"))
+    stderr_bytes = answers.count(status.get("stderr_bytes"))
+    stdout, stderr = status.get("stdout"), status.get("stderr")
+    if stdout is None and stderr is None and stdout_bytes + stderr_bytes:
+        stdout, stderr = _heads(record)
+    head_out, head_err = answers.data(stdout), answers.data(stderr)
+    exit_code = answers.optional_int(status.get("exit_code"))
+    exit_code = -1 if exit_code is None else exit_code
+    if status.get("timed_out"):
+        state = ExecState.TIMED_OUT
+        error = f"timed out after {record.timeout_seconds} s; its processes were killed"
+    elif status.get("killed"):
+        state, error = ExecState.KILLED, "killed on request"
+    elif exit_code < 0:
+        state, error = ExecState.FAILED, str(status.get("error") or "the command could not run")
+    else:
+        state, error = ExecState.COMPLETED, ""
+    notes = [error] if error else []
+    if status.get("oom_killed") is True:
+        notes.append("killed by the kernel: the sandbox ran out of memory (its memory_mb limit)")
+    if status.get("session_restarted"):
+        notes.append(
+            "the command ended its shell; the session was started again with its last state"
+        )
+    if left := answers.count(status.get("left_running")):
+        deadline = (
+            f"end when its timeout ({record.timeout_seconds} s) passes"
+            if record.timeout_seconds
+            else "run until killed"
+        )
+        notes.append(f"it left {left} process{'es' if left > 1 else ''} running, which {deadline}")
+    values: dict[str, Any] = {
+        "state": state,
+        "exit_code": exit_code,
+        "stdout": head_out.decode("utf-8", errors="replace"),
+        "stderr": head_err.decode("utf-8", errors="replace"),
+        "stdout_bytes": max(stdout_bytes, len(head_out)),
+        "stderr_bytes": max(stderr_bytes, len(head_err)),
+        "stdout_truncated": stdout_bytes > len(head_out),
+        "stderr_truncated": stderr_bytes > len(head_err),
+        "session_restarted": status.get("session_restarted") is True,
+        "oom_killed": status.get("oom_killed") is True,
+        "duration_ms": answers.count(status.get("duration_ms")),
+        "error": "; ".join(notes)[:2000],
+        "finished_at": timezone.now(),
+    }
+    with transaction.atomic():
+        updated = Exec.objects.filter(pk=record.pk, state=ExecState.RUNNING).update(**values)
+        if updated:
+            _ended(record, state, values["duration_ms"])
+    if not updated:  # another process recorded the end first: show what it recorded
+        record.refresh_from_db()
+        return record
+    for name, value in values.items():
+        setattr(record, name, value)
+    return record
+
+
+def _heads(record: Exec) -> tuple[bytes, bytes]:
+    """The first bytes of each stream, from the agent; nothing if it has let the exec go (it
+    keeps finished ones within a cap)."""
+    sandbox = record.sandbox
+    try:
+        status = channel(sandbox.container_id).call(
+            "status", exec=str(record.id), limit=sandbox.pipeline.output_limit_bytes
+        )
+    except NotFound:
+        return b"", b""
+    return answers.data(status.get("stdout")), answers.data(status.get("stderr"))
+
+
+def fail(record: Exec, state: ExecState, error: str) -> None:
+    """The exec could not run, or its end cannot be known (`lost`)."""
+    record.state = state
+    record.error = error[:2000]
+    finish(record)
+
+
+def finish(record: Exec) -> None:
+    """Save an exec whose end the caller filled in."""
+    record.finished_at = timezone.now()
+    with transaction.atomic():
+        record.save()
+        _ended(record, ExecState(record.state), record.duration_ms)
+
+
+def forgotten(record: Exec) -> Exec:
+    """The agent no longer knows a running exec (its sandbox restarted): it is lost."""
+    if record.state == ExecState.RUNNING:
+        with transaction.atomic():
+            Exec.objects.filter(pk=record.pk, state=ExecState.RUNNING).update(
+                state=ExecState.LOST,
+                error="the sandbox's agent no longer knows this exec (the sandbox restarted)",
+                finished_at=timezone.now(),
+            )
+        record.refresh_from_db()
+    return record
+
+
+def _ended(record: Exec, state: ExecState, duration_ms: int | None) -> None:
+    """An exec's end: activity of its sandbox (through the loaded sandbox when there is one,
+    which knows when it was last stamped), and counted."""
+    sandbox: Sandbox | None
+    if Exec.sandbox.is_cached(record) and Sandbox.pipeline.is_cached(record.sandbox):
+        sandbox = record.sandbox
+        sandbox.record_activity()
+    elif sandbox := Sandbox.objects.select_related("pipeline").filter(pk=record.sandbox_id).first():
+        sandbox.record_activity(force=True)
+    if sandbox is not None:
+        metrics.observe_exec(sandbox.pipeline.slug, state, duration_ms)

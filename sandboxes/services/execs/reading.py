@@ -1,0 +1,155 @@
+"""An exec as it runs: its output as numbered chunks (polled, or pushed as it comes), waiting
+for its end, killing it. While its sandbox runs, the agent knows it; after, its record does."""
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from boxyard.actors import Actor
+from boxyard.errors import BoxyardError, InvalidState, NotFound
+from boxyard.threads import release_connection
+from sandboxes.guard import acting_on
+from sandboxes.models import Exec, ExecState, State
+from sandboxes.runtime import answers
+from sandboxes.runtime.agent import AgentChannel, channel
+from sandboxes.services.execs.ending import finish_from_status, forgotten
+
+
+def exec_output(
+    record: Exec, since_seq: int = 0, max_bytes: int | None = None
+) -> tuple[list[dict[str, Any]], Exec]:
+    """An exec's output as chunks numbered from 1: those after `since_seq` (the last seen),
+    at most about `max_bytes` of them; and the exec as it is now."""
+    agent = _live_agent(record)
+    if agent is not None:
+        try:
+            answer = agent.call(
+                "output", exec=str(record.id), since_seq=since_seq, max_bytes=max_bytes or 0
+            )
+        except NotFound:
+            record = forgotten(record)
+        else:
+            chunks = answers.chunks(answer.get("chunks"))
+            if answer.get("finished") and record.state == ExecState.RUNNING:
+                # The answer's chunks were read before the end was; a later read gets the rest.
+                try:
+                    status = _status(agent, record)
+                except NotFound:
+                    status = answer  # let go by the agent meanwhile: its end, as just read
+                record = finish_from_status(record, status)
+            return chunks, record
+    elif record.state == ExecState.RUNNING and record.background:
+        record = forgotten(record)
+    return exec_chunks(record, since_seq), record
+
+
+def _status(agent: AgentChannel, record: Exec) -> dict[str, Any]:
+    return agent.call(
+        "status", exec=str(record.id), limit=record.sandbox.pipeline.output_limit_bytes
+    )
+
+
+def exec_chunks(record: Exec, since_seq: int = 0) -> list[dict[str, Any]]:
+    """The output stored with a finished exec, as chunks numbered from 1 (at most two: one
+    per stream; what the agent kept beyond them is gone with its sandbox)."""
+    streams = [("stdout", record.stdout), ("stderr", record.stderr)]
+    numbered = [(stream, text) for stream, text in streams if text]
+    return [
+        {"seq": seq, "stream": stream, "text": text}
+        for seq, (stream, text) in enumerate(numbered, start=1)
+        if seq > since_seq
+    ]
+
+
+def wait_exec(record: Exec, timeout_seconds: float) -> Exec:
+    """The exec once it has finished, or as it is when the timeout runs out."""
+    if record.state != ExecState.RUNNING:
+        return record
+    agent = _live_agent(record)
+    if agent is not None:
+        try:
+            status = agent.call(
+                "wait",
+                deadline=timeout_seconds + 30,
+                on_slow=release_connection,
+                exec=str(record.id),
+                timeout=timeout_seconds,
+                limit=record.sandbox.pipeline.output_limit_bytes,
+            )
+        except NotFound:
+            return forgotten(record)
+        return finish_from_status(record, status)
+    deadline = time.monotonic() + timeout_seconds
+    while record.state == ExecState.RUNNING and time.monotonic() < deadline:
+        time.sleep(0.05)
+        record.refresh_from_db()
+    return record
+
+
+def kill_exec(
+    record: Exec, actor: Actor, *, holder: str | None = None, epoch: int | None = None
+) -> Exec:
+    """Kill an exec and every process it started, wherever they went, also those it left
+    running after it ended; answer once it has ended."""
+    if record.state != ExecState.RUNNING and not record.sandbox.agent:
+        return record
+    with acting_on(
+        record.sandbox, actor, "kill an exec", holder=holder, epoch=epoch, states=tuple(State)
+    ):
+        pass  # the lease says whether the caller may; the agent does the killing
+    agent = _live_agent(record)
+    if agent is None:
+        if record.state != ExecState.RUNNING:
+            return record  # its sandbox stopped: so did every process of it
+        raise InvalidState("this exec runs without the agent and ends with its own request")
+    try:
+        agent.call("kill", exec=str(record.id))
+    except NotFound:
+        return forgotten(record)
+    return wait_exec(record, 10)
+
+
+def subscribe(
+    record: Exec, since_seq: int, on_event: Callable[[dict[str, Any]], None]
+) -> Callable[[], None] | None:
+    """Deliver the exec's chunks after `since_seq`, then its end, to `on_event` as they come
+    ({"event": "chunk", seq, stream, text} and {"event": "exit", ...}); returns the function
+    that stops it, or None when the exec can only be read from its record."""
+    agent = _live_agent(record)
+    if agent is None:
+        return None
+
+    def relay(message: dict[str, Any]) -> None:
+        if message["event"] == "chunk":
+            on_event({"event": "chunk", **answers.chunks([message])[0]})
+        elif message["event"] == "exit":
+            status = message.get("status") or {}
+            on_event(
+                {
+                    "event": "exit",
+                    "exit_code": answers.optional_int(status.get("exit_code")),
+                    "timed_out": status.get("timed_out") is True,
+                    "killed": status.get("killed") is True,
+                }
+            )
+        else:
+            on_event({"event": "gone", "reason": message.get("reason", "")})
+
+    try:
+        answer = agent.call("subscribe", exec=str(record.id), since_seq=since_seq, on_event=relay)
+    except NotFound:
+        forgotten(record)
+        return None
+    subscription = answer["_id"]
+    return lambda: agent.unsubscribe(subscription, str(record.id))
+
+
+def _live_agent(record: Exec) -> AgentChannel | None:
+    """The agent that knows this exec, if it may still know it."""
+    sandbox = record.sandbox
+    if not sandbox.agent or sandbox.state != State.RUNNING or not sandbox.container_id:
+        return None
+    try:
+        return channel(sandbox.container_id)
+    except BoxyardError:
+        return None

@@ -1,0 +1,139 @@
+"""An exec request as the caller sent it, checked against its pipeline before anything runs:
+the command (an argv list or a shell string), its cwd, environment, session, timeout and
+whether it runs in the background or fresh. Each refusal names the field."""
+
+import posixpath
+import re
+from dataclasses import dataclass, field
+
+from django.conf import settings
+
+from boxyard.errors import InvalidInput
+from pipelines.models import Pipeline
+from sandboxes.models import SESSION_NAME, Sandbox
+from sandboxes.scripts import WORKSPACE
+
+MAX_COMMAND_BYTES = 256 * 1024
+MAX_ENV_VARS = 200
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SESSION_NAME = re.compile(SESSION_NAME)
+
+
+@dataclass(frozen=True)
+class ExecRequest:
+    """A validated exec request."""
+
+    argv: list[str] | None
+    shell: str | None
+    cwd: str | None  # None: the session's own cwd
+    env: dict[str, str]  # for this command only, on top of the session's environment
+    session: str
+    timeout_seconds: int | None  # None: none (background execs only)
+    background: bool = False
+    # A new process outside any session ("fresh"): the sandbox's own environment and cwd.
+    one_shot: bool = False
+    pipeline_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def command(self) -> list[str] | str:
+        return self.argv if self.argv is not None else self.shell or ""
+
+
+def clean_request(
+    target: Sandbox | Pipeline,
+    *,
+    cmd: object,
+    cwd: object = None,
+    env: object = None,
+    session: object = None,
+    timeout_seconds: object = None,
+    background: object = False,
+    one_shot: bool = False,
+) -> ExecRequest:
+    """Check an exec request against the pipeline (or the sandbox's pipeline) it is for."""
+    pipeline = target.pipeline if isinstance(target, Sandbox) else target
+    argv: list[str] | None = None
+    shell: str | None = None
+    if isinstance(cmd, str):
+        if not cmd.strip():
+            raise InvalidInput("cmd", "must not be empty")
+        shell = cmd
+    elif isinstance(cmd, list):
+        if not cmd or not all(isinstance(arg, str) for arg in cmd):
+            raise InvalidInput("cmd", "must be a non-empty list of strings, or a shell string")
+        if not cmd[0]:
+            raise InvalidInput("cmd", "the program name (cmd[0]) must not be empty")
+        argv = list(cmd)
+    else:
+        raise InvalidInput("cmd", "must be a list of strings (argv) or a shell string")
+    parts = [shell] if shell is not None else argv or []
+    if any("\x00" in part for part in parts):
+        raise InvalidInput("cmd", "must not contain NUL characters")
+    if sum(len(part.encode()) for part in parts) > MAX_COMMAND_BYTES:
+        raise InvalidInput("cmd", f"is longer than {MAX_COMMAND_BYTES} bytes")
+
+    if one_shot and background:
+        raise InvalidInput("fresh", "a fresh exec runs in the foreground; drop fresh or background")
+    if one_shot and session not in (None, "", "default"):
+        raise InvalidInput("fresh", "a fresh exec runs outside any session; drop fresh or session")
+    return ExecRequest(
+        argv=argv,
+        shell=shell,
+        cwd=clean_cwd(cwd),
+        env=clean_env(env),
+        session=clean_session_name(session),
+        timeout_seconds=_clean_timeout(pipeline, timeout_seconds, bool(background)),
+        background=_clean_flag(background, "background"),
+        one_shot=one_shot,
+        pipeline_env=dict(pipeline.env or {}),
+    )
+
+
+def clean_cwd(cwd: object) -> str | None:
+    if cwd is None or cwd == "":
+        return None
+    if isinstance(cwd, str) and "\x00" not in cwd and len(cwd) <= 4096:
+        return posixpath.normpath(posixpath.join(WORKSPACE, cwd))
+    raise InvalidInput("cwd", "must be a path (absolute, or relative to /workspace)")
+
+
+def clean_env(env: object) -> dict[str, str]:
+    if env is None:
+        return {}
+    if not isinstance(env, dict) or len(env) > MAX_ENV_VARS:
+        raise InvalidInput("env", f"must be an object of at most {MAX_ENV_VARS} variables")
+    for name, value in env.items():
+        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+            raise InvalidInput("env", f"{name!r} is not a valid variable name")
+        if not isinstance(value, str) or "\x00" in value:
+            raise InvalidInput(f"env.{name}", "must be a string without NUL characters")
+    return dict(env)
+
+
+def clean_session_name(session: object) -> str:
+    if session is None or session == "":
+        return "default"
+    if not isinstance(session, str) or not _SESSION_NAME.fullmatch(session):
+        raise InvalidInput(
+            "session",
+            "must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit",
+        )
+    return session
+
+
+def _clean_flag(value: object, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidInput(name, "must be true or false")
+    return value
+
+
+def _clean_timeout(pipeline: Pipeline, timeout_seconds: object, background: bool) -> int | None:
+    ceiling = settings.BOXYARD_MAX_EXEC_TIMEOUT
+    if timeout_seconds is None:
+        # A background command runs until it ends or is killed; a foreground one is bounded.
+        return None if background else pipeline.exec_timeout_seconds
+    if isinstance(timeout_seconds, bool) or not isinstance(timeout_seconds, (int, float)):
+        raise InvalidInput("timeout_seconds", "must be a number of seconds")
+    if not 1 <= timeout_seconds <= ceiling:
+        raise InvalidInput("timeout_seconds", f"must be between 1 and {ceiling}")
+    return int(timeout_seconds)

@@ -1,0 +1,216 @@
+"""Running a command: the exec recorded under the guard, then run through the sandbox's agent
+(in a session, or fresh), or in a one-shot engine exec for a sandbox without the agent.
+
+Through the agent, a foreground command in a session costs a write on this process's open
+channel; a fresh one (outside any session) is a process the agent starts; a background one
+keeps running and keeps its output in the agent, whoever asks next. The agent runs every
+process as the sandbox user with a tag it cannot shed, so a timeout or a kill ends everything
+the command started (see agent/contain.go).
+"""
+
+import logging
+import threading
+from typing import Any
+from uuid import UUID
+
+from django import db
+from django.conf import settings
+
+from boxyard.actors import Actor
+from boxyard.errors import (
+    AgentGone,
+    BoxyardError,
+    ContainerGone,
+    InvalidInput,
+    NotFound,
+    RuntimeFailure,
+)
+from boxyard.threads import release_connection
+from sandboxes.guard import acting_on
+from sandboxes.models import Exec, ExecState, Sandbox, ShellSession
+from sandboxes.runtime import answers, get_runtime
+from sandboxes.runtime.agent import AgentChannel, channel
+from sandboxes.scripts import BAD_CWD
+from sandboxes.services import containers
+from sandboxes.services.execs.ending import fail, finish_from_status
+from sandboxes.services.execs.oneshot import DEADLINE_GRACE_SECONDS, run_one_shot
+from sandboxes.services.execs.requests import ExecRequest
+
+log = logging.getLogger(__name__)
+
+# Background execs are watched by the process that started them with waits this long.
+_WATCH_SECONDS = 300
+# The agent's protocol version that runs fresh commands itself (older ones: an engine exec).
+FRESH_SINCE_VERSION = 2
+
+
+def run_exec(
+    sandbox: Sandbox,
+    request: ExecRequest,
+    actor: Actor,
+    *,
+    holder: str | None = None,
+    epoch: int | None = None,
+) -> Exec:
+    """Run a command and return its record: finished for a foreground exec, running for a
+    background one.
+
+    The lease is checked (and renewed) in the transaction that records the exec, so a holder
+    that lost the lease never reaches the container.
+    """
+    with acting_on(sandbox, actor, "exec", holder=holder, epoch=epoch) as acting:
+        sandbox, lease = acting.sandbox, acting.lease
+        assert lease is not None
+        engine = not sandbox.agent
+        if engine and request.background:
+            raise InvalidInput(
+                "background", "this sandbox runs without the agent, so it has no background execs"
+            )
+        if engine and request.session != "default":
+            raise InvalidInput(
+                "session", "this sandbox runs without the agent, so it has only the default session"
+            )
+        init = None if engine or request.one_shot else session_init(sandbox, request.session)
+        record = Exec.objects.create(
+            sandbox=sandbox,
+            session=request.session,
+            command=request.command,
+            cwd=request.cwd or "",
+            env=request.env,
+            background=request.background,
+            actor=str(actor),
+            holder=lease.holder,
+            epoch=lease.epoch,
+            timeout_seconds=request.timeout_seconds or 0,
+        )
+        # Activity is stamped when the exec ends; while it runs, the running row is activity.
+    if engine:
+        return run_one_shot(sandbox, record, request, actor)
+    return _run_in_agent(sandbox, record, request, init, actor)
+
+
+def session_init(sandbox: Sandbox, name: str) -> dict[str, Any]:
+    """How a session starts when the agent does not have it (new, or a new container)."""
+    if name == "default":
+        return {"cwd": sandbox.workdir, "env": {}}
+    row = ShellSession.objects.filter(sandbox=sandbox, name=name).first()
+    if row is None:
+        raise NotFound(
+            f"no shell session {name!r} in this sandbox; create it first "
+            "(POST /sandboxes/{id}/sessions)",
+            session=name,
+        )
+    return {"cwd": row.cwd, "env": row.env}
+
+
+def _run_in_agent(
+    sandbox: Sandbox,
+    record: Exec,
+    request: ExecRequest,
+    init: dict[str, Any] | None,
+    actor: Actor,
+) -> Exec:
+    """Run in a session (`init` says how it starts if the agent does not have it yet), or
+    fresh, outside any session, when `init` is None."""
+    limit = sandbox.pipeline.output_limit_bytes
+    payload: dict[str, Any] = {
+        "exec": str(record.id),
+        "timeout": request.timeout_seconds or 0,
+        "limit": limit,
+        "keep": max(settings.BOXYARD_EXEC_KEEP_BYTES, limit),
+        "background": request.background,
+    }
+    env = request.env
+    if init is None:
+        # As a new engine exec would run it: the pipeline's environment as it is now, on top
+        # of the one the container was made with.
+        payload["fresh"] = True
+        env = {**request.pipeline_env, **request.env}
+    else:
+        payload["session"] = request.session
+        payload["init"] = init
+    if request.shell is not None:
+        payload["shell"] = request.shell
+    else:
+        payload["argv"] = request.argv
+    if request.cwd is not None:
+        payload["cwd"] = request.cwd
+    if env:
+        payload["env"] = env
+    agent = _agent(sandbox, record, actor)
+    if init is None and agent.version < FRESH_SINCE_VERSION:
+        return run_one_shot(sandbox, record, request, actor)  # an agent older than fresh runs
+    wait = 10.0 if request.background else (request.timeout_seconds or 0) + DEADLINE_GRACE_SECONDS
+    try:
+        # A long command must not hold a database connection while it runs.
+        status = agent.call("run", deadline=wait, on_slow=release_connection, **payload)
+    except (AgentGone, RuntimeFailure) as error:
+        raise _lost_container(sandbox, record, error, actor) from error
+    except BoxyardError as error:
+        fail(record, ExecState.FAILED, error.message)
+        raise
+    if request.background:
+        if status.get("finished"):  # it could not start at all
+            return finish_from_status(
+                record, agent.call("status", exec=str(record.id), limit=limit)
+            )
+        _watch(sandbox.container_id, record.pk, limit)
+        return record
+    if (
+        status.get("exit_code") == BAD_CWD
+        and answers.text(status.get("stderr")).startswith("boxyard: cwd")
+        and not status.get("stdout")
+    ):
+        fail(record, ExecState.FAILED, f"cwd {request.cwd} is not a directory")
+        raise InvalidInput("cwd", f"{request.cwd} is not a directory in the sandbox")
+    return finish_from_status(record, status)
+
+
+def _agent(sandbox: Sandbox, record: Exec, actor: Actor) -> AgentChannel:
+    """This process's channel to the sandbox's agent; a vanished container is recorded."""
+    try:
+        return channel(sandbox.container_id)
+    except (AgentGone, ContainerGone) as error:
+        raise _lost_container(sandbox, record, error, actor) from error
+
+
+def _lost_container(
+    sandbox: Sandbox, record: Exec, error: BoxyardError, actor: Actor
+) -> BoxyardError:
+    """What to raise when the agent cannot be reached: the container may be gone."""
+    info = get_runtime().inspect_container(sandbox.container_id)
+    if info is None or not info.running:
+        fail(record, ExecState.FAILED, str(error))
+        return containers.gone(sandbox, ContainerGone(f"the container stopped: {error}"), actor)
+    fail(record, ExecState.LOST, str(error))
+    return error
+
+
+def _watch(container: str, exec_pk: UUID, limit: int) -> None:
+    """Record a background exec's end as soon as it comes (best effort: whoever reads the
+    exec next records it too, so a restart of this process loses nothing)."""
+
+    def watch() -> None:
+        try:
+            agent = channel(container)
+            while True:
+                status = agent.call(
+                    "wait",
+                    deadline=_WATCH_SECONDS + 30,
+                    exec=str(exec_pk),
+                    timeout=_WATCH_SECONDS,
+                    limit=limit,
+                )
+                if status.get("finished"):
+                    record = Exec.objects.select_related("sandbox").filter(pk=exec_pk).first()
+                    if record is not None:
+                        finish_from_status(record, status)
+                    return
+        except BoxyardError:
+            return  # the agent or the container went away; readers and the reconciler see to it
+        except Exception:
+            log.exception("watching background exec %s failed", exec_pk)
+        finally:
+            db.connection.close()  # the thread ends here: so does its connection
+
+    threading.Thread(target=watch, name=f"watch-{str(exec_pk)[:8]}", daemon=True).start()

@@ -1,0 +1,34 @@
+"""File operations under /workspace, done inside the sandbox as the sandbox user.
+
+`paths`: checking paths and modes; `contents`: the JSON calls' text and base64; `inside`:
+running an operation in the sandbox and reading its verdict; `operations`: write, read,
+stream, delete; `listing`: directories.
+"""
+
+from sandboxes.services.files.contents import decode_contents, decoded_contents
+from sandboxes.services.files.listing import MAX_LIST_ENTRIES, FileEntry, list_files
+from sandboxes.services.files.operations import (
+    FileContent,
+    delete_file,
+    open_file_stream,
+    read_file,
+    write_file,
+)
+from sandboxes.services.files.paths import NAME_MAX, PATH_MAX, clean_mode, workspace_path
+
+__all__ = [
+    "MAX_LIST_ENTRIES",
+    "NAME_MAX",
+    "PATH_MAX",
+    "FileContent",
+    "FileEntry",
+    "clean_mode",
+    "decode_contents",
+    "decoded_contents",
+    "delete_file",
+    "list_files",
+    "open_file_stream",
+    "read_file",
+    "workspace_path",
+    "write_file",
+]

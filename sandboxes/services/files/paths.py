@@ -1,0 +1,60 @@
+"""Paths and modes as callers give them, checked before anything runs in the sandbox.
+
+Paths are checked twice: lexically here (`..` and absolute paths elsewhere are refused before
+anything runs), and inside the sandbox after resolving symlinks (`sandboxes.scripts`), so a
+link planted by sandbox code cannot carry a read or a write outside /workspace.
+"""
+
+import posixpath
+
+from boxyard.errors import InvalidInput
+from sandboxes.scripts import WORKSPACE
+
+MAX_PATH_LENGTH = 4096
+
+# The kernel's limits, in bytes of the UTF-8 the sandbox sees: one name (NAME_MAX) and a whole
+# path with its terminating NUL (PATH_MAX). Past them the sandbox's own tools fail with "File
+# name too long"; checked here, the caller learns which field was wrong before anything runs.
+NAME_MAX = 255
+PATH_MAX = 4096
+
+
+def workspace_path(path: object, field: str = "path") -> str:
+    """The absolute, normalized path for `path`, refusing anything outside /workspace and
+    any name or path the kernel would refuse as too long."""
+    if not isinstance(path, str) or not path:
+        raise InvalidInput(field, "must be a non-empty path")
+    if "\x00" in path or len(path) > MAX_PATH_LENGTH:
+        raise InvalidInput(field, f"must be at most {MAX_PATH_LENGTH} characters, without NUL")
+    normalized = posixpath.normpath(posixpath.join(WORKSPACE, path))
+    if normalized != WORKSPACE and not normalized.startswith(WORKSPACE + "/"):
+        raise InvalidInput(field, f"{path!r} is outside /workspace")
+    try:
+        size = len(normalized.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidInput(field, "holds a lone surrogate escape; send valid Unicode") from None
+    if size >= PATH_MAX:
+        raise InvalidInput(
+            field,
+            f"is {size} bytes long as an absolute path; at most {PATH_MAX - 1} bytes (PATH_MAX)",
+        )
+    for name in normalized.split("/"):
+        if len(name.encode("utf-8")) > NAME_MAX:
+            raise InvalidInput(
+                field,
+                f"the name {name[:40]!r}… is {len(name.encode('utf-8'))} bytes; a name may be at "
+                f"most {NAME_MAX} bytes (NAME_MAX)",
+            )
+    return normalized
+
+
+def clean_mode(mode: object) -> str:
+    if mode is None or mode == "":
+        return "644"
+    if isinstance(mode, int) and not isinstance(mode, bool) and 0 <= mode <= 0o7777:
+        return format(mode, "o")
+    if isinstance(mode, str) and mode.isdigit() and all(ch in "01234567" for ch in mode):
+        value = int(mode, 8)
+        if value <= 0o777:
+            return format(value, "o")
+    raise InvalidInput("mode", "must be an octal permission string such as '0644' (at most 0777)")
