@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """How soon a sandbox whose container is killed behind Boxyard's back is marked lost.
 
-A served Boxyard (`manage.py serve`, as `bin/run` runs it: daphne, the embedded worker and
+A served Boxyard (`manage.py serve`, as `bin/run` runs it: uvicorn, the embedded worker and
 scheduler, and the engine-event follower, all in one process) on a throw-away data directory
 opens sandboxes through the bot API. Each in turn has its container killed with docker-py's
 `kill` (what `docker kill` asks of the engine), timed from the call to the moment the server's
@@ -32,7 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_api import PIPELINE, daphne, manage, server_env, throwaway
+from bench_api import PIPELINE, manage, served, server_env, throwaway
 from bench_core import DEFAULT_IMAGE, Stats, environment
 
 TARGET_SECONDS = 1.0
@@ -65,7 +65,7 @@ def kill_to_lost(samples: int, image: str = DEFAULT_IMAGE) -> dict[str, Any]:
         database = sqlite3.connect(f"file:{data_dir / 'bench-api.sqlite3'}?mode=ro", uri=True)
         boxyard: list[float] = []
         raw: list[float] = []
-        with daphne(env, data_dir, embedded_worker=True) as server:
+        with served(env, data_dir, embedded_worker=True) as server:
             client = httpx.Client(
                 base_url=f"{server.base_url}/api/v1",
                 timeout=120,

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """The server's memory across output floods and large file transfers, and after them.
 
-A served Boxyard (`manage.py serve`, as `bin/run` runs it: daphne, the embedded worker and
+A served Boxyard (`manage.py serve`, as `bin/run` runs it: uvicorn, the embedded worker and
 scheduler in one process) on a throw-away data directory and port opens one sandbox through
 the bot API, then runs rounds of load, everything of a round at once:
 
@@ -40,7 +40,7 @@ from typing import Any, Self
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_api import PIPELINE, daphne, manage, server_env, throwaway
+from bench_api import PIPELINE, manage, served, server_env, throwaway
 
 DEFAULT_IMAGE = "boxyard/default:1"
 FLOOD_BYTES = 200_000_000
@@ -292,7 +292,7 @@ def server_rss_profile(
                 f"get_user_model().objects.create_user({ADMIN!r}, password={PASSWORD!r}, is_staff=True)"
             ),
         )
-        with daphne(env, data_dir, embedded_worker=True) as server:
+        with served(env, data_dir, embedded_worker=True) as server:
             pid = server.process.pid
             client = httpx.Client(
                 base_url=f"{server.base_url}/api/v1",

@@ -16,7 +16,7 @@ authentication, the thread pool and two queries, but no engine call). Each exec 
 carries `duration_ms`, the server's own measure of the command in the sandbox, reported
 alongside.
 
-The server is daphne serving `config.asgi:application` on 127.0.0.1 at a free port, with a
+The server is uvicorn serving `config.asgi:application` on 127.0.0.1 at a free port, with a
 throw-away data directory (SQLite database), the deployment label `bench-<random>` and its own
 pipeline and token (`manage.py migrate`, `manage.py create_pipeline --print-token`). At the end
 the server is stopped and every container and volume carrying that label is removed, even on
@@ -123,16 +123,16 @@ class Server:
 
 
 @contextmanager
-def daphne(
+def served(
     env: dict[str, str], data_dir: Path, *, embedded_worker: bool = False
 ) -> Iterator[Server]:
-    """daphne on 127.0.0.1 at a free port; stopped (SIGTERM, then SIGKILL) on the way out.
-    With `embedded_worker`, the way `bin/run` serves: `manage.py serve`, whose process also
+    """The server (`config.serving`) on 127.0.0.1 at a free port; stopped (SIGTERM, then
+    SIGKILL) on the way out. With `embedded_worker`, the way `bin/run` serves: `manage.py serve`, whose process also
     runs the Celery worker and scheduler."""
     import httpx
 
     port = free_port()
-    log = data_dir / "daphne.log"
+    log = data_dir / "server.log"
     if embedded_worker:
         command = [
             sys.executable,
@@ -148,12 +148,11 @@ def daphne(
         command = [
             sys.executable,
             "-m",
-            "daphne",
-            "-b",
+            "config.serving",
+            "--host",
             "127.0.0.1",
-            "-p",
+            "--port",
             str(port),
-            "config.asgi:application",
         ]
     with log.open("wb") as output:
         process = subprocess.Popen(
@@ -164,7 +163,7 @@ def daphne(
         deadline = time.monotonic() + SERVER_START_TIMEOUT
         while True:
             if process.poll() is not None:
-                raise RuntimeError(f"daphne exited with {process.returncode}:\n{server.tail()}")
+                raise RuntimeError(f"the server exited with {process.returncode}:\n{server.tail()}")
             try:
                 if httpx.get(f"{server.base_url}/healthz", timeout=2).status_code == 200:
                     break
@@ -172,7 +171,7 @@ def daphne(
                 pass
             if time.monotonic() > deadline:
                 raise RuntimeError(
-                    f"daphne did not answer within {SERVER_START_TIMEOUT:.0f} s:\n{server.tail()}"
+                    f"the server did not answer within {SERVER_START_TIMEOUT:.0f} s:\n{server.tail()}"
                 )
             time.sleep(0.2)
         yield server
@@ -272,7 +271,7 @@ def prepare(
 
     api = docker.APIClient(version="auto", timeout=120, **docker.utils.kwargs_from_env())
     env_info = environment(api)
-    env_info["daphne"] = _version("daphne")
+    env_info["uvicorn"] = _version("uvicorn")
     env_info["httpx"] = httpx.__version__
     print_environment(env_info, title)
     return env, token, RawDocker(api, deployment, profile, user), env_info
@@ -286,7 +285,7 @@ def measure(
 
     env, token, raw, env_info = prepare(args.image, deployment, data_dir)
     server_exec_ms: list[float] = []
-    with daphne(env, data_dir) as server:
+    with served(env, data_dir) as server:
         headers = {"Authorization": f"Bearer {token}"}
         with httpx.Client(
             base_url=server.base_url, headers=headers, timeout=120
@@ -334,7 +333,7 @@ def _version(distribution: str) -> str:
 
 
 def print_environment(env: dict[str, Any], title: str) -> None:
-    core_print_environment(env, title, f", daphne {env['daphne']}, httpx {env['httpx']}")
+    core_print_environment(env, title, f", uvicorn {env['uvicorn']}, httpx {env['httpx']}")
 
 
 def _triple(values: tuple[float, ...], fmt: str) -> str:

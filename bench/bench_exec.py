@@ -18,7 +18,7 @@ is reported alongside, so the HTTP round trip can be split into the command and 
 
 Measured separately:
 - the server's CPU per request of each API variant: 200 requests sent one after another, the
-  daphne process's user + system CPU (from /proc) before and after;
+  server process's user + system CPU (from /proc) before and after;
 - the first exec of a new sandbox: a sandbox opened for a scope never used before, then its
   first `{"cmd": "true"}` timed (this includes opening the channel to the agent and starting
   the default session's shell), interleaved with raw docker-py's first `exec_run(["true"])`
@@ -36,7 +36,7 @@ The issue's targets are checked and printed as PASS or FAIL lines; they never ch
 status: reused session p50 <= max(10 ms, 0.5 x raw p50); one-shot p50 <= 1.2 x raw p50 + 5 ms;
 the 100 concurrent `sleep 5` all done within 7 s.
 
-The server is daphne serving `config.asgi:application` on 127.0.0.1 at a free port, with a
+The server is uvicorn serving `config.asgi:application` on 127.0.0.1 at a free port, with a
 throw-away data directory (SQLite), the deployment label `bench-<random>` and its own pipeline
 and token, set up as in `bench_api.py` (whose helpers this reuses). At the end the server is
 stopped and every container and volume carrying that label is removed, even on failure.
@@ -62,8 +62,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_api import (  # bench/ is not a package: found through sys.path above
     PIPELINE,
-    daphne,
     prepare,
+    served,
     throwaway,
 )
 from bench_core import (
@@ -544,7 +544,7 @@ def run(args: argparse.Namespace, deployment: str, data_dir: Path) -> dict[str, 
     )
     rng = random.Random(args.seed)
     concurrency = None
-    with daphne(env, data_dir) as server:
+    with served(env, data_dir) as server:
         limits = httpx.Limits(max_connections=110, max_keepalive_connections=110)
         headers = {"Authorization": f"Bearer {token}"}
         with httpx.Client(

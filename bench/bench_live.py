@@ -38,7 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_api import PIPELINE, daphne, prepare, throwaway  # bench/ is on sys.path
+from bench_api import PIPELINE, prepare, served, throwaway  # bench/ is on sys.path
 from bench_core import DEFAULT_IMAGE, Stats
 
 PASSWORD = "a-bench-password-1"
@@ -77,7 +77,7 @@ def measure(args: argparse.Namespace, deployment: str, data_dir: Path) -> dict[s
         Stats("raw"),
     )
     frames = Stats("from the call to the websocket frame")
-    with daphne(env, data_dir, embedded_worker=True) as server:
+    with served(env, data_dir, embedded_worker=True) as server:
         bot = httpx.Client(
             base_url=f"{server.base_url}/api/v1",
             timeout=60,

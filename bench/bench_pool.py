@@ -13,7 +13,7 @@ the timed part.
 
     .venv/bin/python bench/bench_pool.py [--n 100] [--warmup 5] [--pool-size 4] [--json PATH]
 
-The server runs as `bin/run` runs it: `manage.py serve` (daphne, with the Celery worker and
+The server runs as `bin/run` runs it: `manage.py serve` (uvicorn, with the Celery worker and
 scheduler in the same process, which refill the pool after every claim), on 127.0.0.1 with a
 throw-away SQLite database and the deployment label `bench-<random>`. Two pipelines: `bench`
 (no pool: cold opens) and `bench-pool` (`pool_size` ready sandboxes, policy "cold" when
@@ -37,7 +37,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_api import PIPELINE, daphne, manage, prepare, throwaway  # bench/ is on sys.path
+from bench_api import PIPELINE, manage, prepare, served, throwaway  # bench/ is on sys.path
 from bench_core import DEFAULT_IMAGE, run_interleaved, timed
 
 POOL_PIPELINE = "bench-pool"
@@ -65,7 +65,7 @@ def measure(args: argparse.Namespace, deployment: str, data_dir: Path) -> dict[s
     Pipeline.objects.filter(slug=PIPELINE).update(max_live_sandboxes=200)
     keys = itertools.count()
     misses: list[float] = []
-    with daphne(env, data_dir, embedded_worker=True) as server:
+    with served(env, data_dir, embedded_worker=True) as server:
         cold_client = httpx.Client(
             base_url=server.base_url, timeout=120, headers={"Authorization": f"Bearer {token}"}
         )

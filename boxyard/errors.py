@@ -85,6 +85,27 @@ class QuotaExceeded(BoxyardError):
     status = 429
 
 
+class LengthRequired(BoxyardError):
+    """An upload must say its size (Content-Length) before its first byte."""
+
+    code = "length_required"
+    status = 411
+
+
+class RangeNotSatisfiable(BoxyardError):
+    """A Range that starts past the end of the file; `size` is the file's."""
+
+    code = "range_not_satisfiable"
+    status = 416
+
+
+class UploadIncomplete(BoxyardError):
+    """The body ended before its Content-Length: nothing was written."""
+
+    code = "upload_incomplete"
+    status = 400
+
+
 class WorkspaceFull(BoxyardError):
     """A write needs more room than the workspace's disk has left."""
 
@@ -173,6 +194,8 @@ class Problem:
 
 def problem(error: BoxyardError) -> Problem:
     """The one mapping of an error to HTTP: `{"error": {code, message, ...}}` with its status,
-    and `Retry-After` for what is worth trying again."""
+    `Retry-After` for what is worth trying again, and the file's size for a Range past it."""
     headers = {"Retry-After": str(error.retry_after)} if isinstance(error, Unavailable) else {}
+    if isinstance(error, RangeNotSatisfiable):
+        headers["Content-Range"] = f"bytes */{error.extra['size']}"
     return Problem(status=error.status, body={"error": error.as_dict()}, headers=headers)

@@ -1,6 +1,6 @@
 """The server's heap: settled after start-up, and giving back what a burst of traffic used.
 
-What start-up makes (Django, the apps, the URL conf, Celery, daphne, docker-py: some 150,000
+What start-up makes (Django, the apps, the URL conf, Celery, uvicorn, docker-py: some 150,000
 objects) lives as long as the process, yet CPython's oldest generation walks all of it at
 each full collection: 100 to 300 ms on a 2-core machine, during which no request is answered
 and no dashboard hears of a change. Frozen, those objects are left out of every collection

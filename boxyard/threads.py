@@ -1,8 +1,9 @@
 """The threads that serve HTTP requests, shared by the ASGI handler and async views, and
 what a thread that waits long lets go of meanwhile."""
 
+import itertools
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -72,3 +73,23 @@ async def in_pool(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Call a blocking function from async code in a thread of the request pool."""
     call = sync_to_async(with_fresh_connection, thread_sensitive=False, executor=request_pool())
     return await call(function, *args, **kwargs)
+
+
+async def pulled(
+    items: Iterable[T], close: Callable[[], None] | None = None, *, batch: int = 1
+) -> AsyncIterator[T]:
+    """A blocking iterator (a file read from a sandbox) consumed from async code, up to `batch`
+    items at a time in the request pool: neither side holds more than the batch in hand.
+    `close` is called at the end, however it ends (a client that went away ends it early)."""
+    iterator = iter(items)
+    try:
+        while taken := await in_pool(_take, iterator, batch):
+            for item in taken:
+                yield item
+    finally:
+        if close is not None:
+            await in_pool(close)
+
+
+def _take(iterator: Iterator[T], count: int) -> list[T]:
+    return list(itertools.islice(iterator, count))

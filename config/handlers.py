@@ -15,14 +15,15 @@ A thread of the pool keeps its database connection between requests (within
 be larger than the database's connection limit.
 """
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import IO, Any
 
 from django.core.handlers.asgi import ASGIHandler
 from django.http import HttpRequest, HttpResponseBase
 
 from boxyard.threads import in_pool, start_request_threads
-from config.pacing import paced
+from config.bodies import SCOPE_KEY, StreamedBody, streams
 
 
 class PooledASGIHandler(ASGIHandler):
@@ -47,7 +48,17 @@ class PooledASGIHandler(ASGIHandler):
         # response) takes a moment in asgiref's one shared thread.
         if scope["type"] != "http":
             raise ValueError(f"this handler serves HTTP, not {scope['type']}")
-        await self.handle(scope, receive, paced(send))
+        if streams(scope):  # an upload: its view reads the body as it arrives
+            body = StreamedBody(receive, asyncio.get_running_loop())
+            scope = {**scope, SCOPE_KEY: body}
+            receive = body.after
+        await self.handle(scope, receive, send)
+
+    async def read_body(self, receive: Callable[[], Awaitable[Mapping[str, Any]]]) -> IO[bytes]:
+        body = getattr(receive, "__self__", None)
+        if isinstance(body, StreamedBody):
+            return body  # type: ignore[return-value]  # read and closed, as a file is
+        return await super().read_body(receive)
 
     async def listen_for_disconnect(
         self, receive: Callable[[], Awaitable[Mapping[str, Any]]]

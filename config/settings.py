@@ -43,7 +43,6 @@ ALLOWED_HOSTS = env_list("BOXYARD_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[:
 CSRF_TRUSTED_ORIGINS = env_list("BOXYARD_CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
-    "daphne",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",

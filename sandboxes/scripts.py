@@ -6,7 +6,7 @@ ordinary Linux image. They run as the sandbox user, never as root: whatever a pl
 symlink or a race could make them touch, the sandbox's own code could touch already.
 
 Exit codes of 200 and above are the scripts' own verdicts, mapped to errors by the
-services (`files.py`); a command's own exit code passes through the exec wrapper as is.
+services (`services/files/inside.py`); a command's own exit code passes through the exec wrapper as is.
 """
 
 WORKSPACE = "/workspace"
@@ -21,6 +21,8 @@ IS_DIRECTORY = 207
 NOT_DIRECTORY = 208
 NOT_EMPTY = 209
 BAD_CWD = 210
+INCOMPLETE = 211
+CHANGED = 212
 
 _INSIDE = """
 inside() { case "$1" in /workspace|/workspace/*) return 0;; *) return 1;; esac; }
@@ -50,13 +52,15 @@ wait "$pid" 2>/dev/null; rc=$?  # 2>/dev/null: no "Killed" job notice in its std
 exit $rc
 """
 
-# argv: path mode(octal) overwrite(0|1); stdin: the contents.
-# Parents are created; the file is written beside its target and renamed over it, so a
-# reader never sees half a file and a symlink at the target is replaced, not followed.
+# argv: path mode(octal) overwrite(0|1) size; stdin: the contents, `size` bytes.
+# Parents are created; the file is written beside its target and renamed over it (linked to
+# it without overwrite, which fails if a file got there meanwhile), so a reader never sees
+# half a file and a symlink at the target is replaced, not followed. Input that ends before
+# `size` bytes (a client that went away) leaves nothing behind.
 WRITE = (
     _INSIDE
     + r"""
-p=$1; mode=$2; ow=$3
+p=$1; mode=$2; ow=$3; n=$4
 dir=${p%/*}; name=${p##*/}
 mkdir -p "$dir" 2>/dev/null
 real=$(realpath "$dir" 2>/dev/null) || { echo "boxyard: cannot create $dir" >&2; exit 204; }
@@ -71,23 +75,43 @@ fi
 # than the kernel's PATH_MAX even when the target's is not.
 cd "$real" || exit 204
 tmp=".boxyard-write.$$"
+# stdin never carries more than `size` bytes (Boxyard sends no more); fewer is an input that
+# ended early.
 if ! cat > "$tmp"; then rm -f "$tmp"; exit 204; fi
-chmod "$mode" "$tmp" && mv -f "$tmp" "$name" || { rm -f "$tmp"; exit 204; }
+[ "$(stat -c %s "$tmp")" = "$n" ] || { rm -f "$tmp"; exit 211; }
+chmod "$mode" "$tmp" || { rm -f "$tmp"; exit 204; }
+if [ "$ow" = 1 ]; then
+  mv -f "$tmp" "$name" || { rm -f "$tmp"; exit 204; }
+else
+  if ! ln "$tmp" "$name" 2>/dev/null; then
+    rm -f "$tmp"
+    if [ -e "$name" ] || [ -L "$name" ]; then exit 206; fi
+    exit 204
+  fi
+  rm -f "$tmp"
+fi
 """
 )
 
-# argv: path max-bytes (-1: all). stdout: the size on one line, then the bytes.
+# argv: path start length(-1: to the end) [identity]. stdout: the file's identity on one
+# line ("size mtime inode"), then `length` bytes from `start`. Given an identity, a file that
+# no longer has it is not read (it was replaced or changed since).
 READ = (
     _INSIDE
     + r"""
-p=$1; n=$2
+p=$1; start=$2; n=$3
 [ -e "$p" ] || exit 202
 real=$(realpath "$p" 2>/dev/null) || exit 202
 inside "$real" || exit 203
 [ -d "$real" ] && exit 207
 [ -f "$real" ] || exit 205
-stat -c %s "$real" || exit 202
-if [ "$n" -lt 0 ]; then exec cat "$real"; else exec head -c "$n" "$real"; fi
+id=$(stat -c '%s %Y %i' "$real") || exit 202
+[ -z "${4:-}" ] || [ "$4" = "$id" ] || exit 212
+echo "$id"
+[ "$n" = 0 ] && exit 0
+if [ "$start" = 0 ] && [ "$n" -lt 0 ]; then exec cat "$real"; fi
+if [ "$n" -lt 0 ]; then exec dd if="$real" bs=1M iflag=skip_bytes skip="$start" status=none; fi
+exec dd if="$real" bs=1M iflag=skip_bytes,count_bytes skip="$start" count="$n" status=none
 """
 )
 

@@ -7,23 +7,22 @@ through the consumers, never through the view's own answer alone.
 
 import posixpath
 import secrets
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 from uuid import UUID
 
 from django.conf import settings
 from django.contrib import messages
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_POST, require_safe
 
 from boxyard.errors import BoxyardError, NotFound, problem
-from boxyard.threads import in_pool
 from boxyard.web import admin_actor, parse_int, staff_required
 from pipelines.models import Pipeline
 from sandboxes import dashboard, metrics, selectors, services
 from sandboxes.charts import fleet_charts
+from sandboxes.downloads import file_response
 from sandboxes.models import Sandbox, State, StopReason
 
 
@@ -199,19 +198,14 @@ def files(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
 
 
 @staff_required
-@require_GET
+@require_safe
 def download(request: HttpRequest, sandbox_id: UUID) -> HttpResponseBase:
     sandbox = _sandbox(request, sandbox_id)
     try:
-        path = services.workspace_path(request.GET.get("path") or "")
-        size, chunks = services.open_file_stream(sandbox, path)
+        return file_response(request, sandbox, request.GET.get("path") or "")
     except BoxyardError as error:
         context = {"nav": "fleet", "sandbox": sandbox, "error": error.message}
         return render(request, "sandboxes/file_error.html", context, status=problem(error).status)
-    response = StreamingHttpResponse(_pulled(chunks), content_type="application/octet-stream")
-    response["Content-Length"] = str(size)
-    response["Content-Disposition"] = f'attachment; filename="{_ascii_name(path)}"'
-    return response
 
 
 @staff_required
@@ -252,20 +246,6 @@ def delete(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
     except BoxyardError as error:
         messages.error(request, error.message)
     return redirect("sandbox", sandbox_id=sandbox.pk)
-
-
-async def _pulled(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
-    """A download read from the sandbox chunk by chunk in the request threads, sent from the
-    event loop: neither side holds the whole file."""
-    while (chunk := await in_pool(next, chunks, None)) is not None:
-        yield chunk
-
-
-def _ascii_name(path: str) -> str:
-    name = posixpath.basename(path) or "download"
-    return "".join(
-        ch if ch.isascii() and ch.isprintable() and ch not in '"\\' else "_" for ch in name
-    )
 
 
 # --- processes, logs and the admin's own commands -----------------------------------------------

@@ -1,4 +1,4 @@
-"""The server's own path: requests through `config.asgi.application` (what daphne serves),
+"""The server's own path: requests through `config.asgi.application` (what the server serves),
 spoken to in ASGI messages in the test's process.
 
 Each request runs start to end, middleware and view, in a thread of the request pool
@@ -197,6 +197,6 @@ def test_server_sent_events_leave_as_the_output_comes(
 def test_what_start_up_made_is_out_of_the_collectors_way() -> None:
     import gc
 
-    # config.asgi (imported above, as daphne imports it) froze the start-up heap: full
+    # config.asgi (imported above, as the server imports it) froze the start-up heap: full
     # collections, which stall every request while they run, no longer walk it.
     assert gc.get_freeze_count() > 50_000

@@ -10,12 +10,8 @@ from `BOXYARD_SCREENSHOTS=docs/screenshots bin/test tests/test_browser.py`).
 
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +19,7 @@ import httpx
 import pytest
 from django.conf import settings
 
-from tests.conftest import DEPLOYMENT, database_url, wait_for
+from tests.servers import Server, served
 
 pytestmark = [
     pytest.mark.docker,
@@ -38,72 +34,10 @@ REPO = Path(__file__).resolve().parents[1]
 PASSWORD = "a-long-test-password"
 
 
-@dataclass
-class Server:
-    url: str
-    process: subprocess.Popen[bytes]
-    log: Path
-
-    def tail(self) -> str:
-        return self.log.read_text(errors="replace")[-4000:] if self.log.exists() else ""
-
-
 @pytest.fixture
 def server(tmp_path: Path, docker_engine: Any) -> Iterator[Server]:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    env = dict(os.environ)
-    env.update(
-        DJANGO_SETTINGS_MODULE="config.settings",
-        DATABASE_URL=database_url(),
-        BOXYARD_DEPLOYMENT=DEPLOYMENT,
-        BOXYARD_DATA_DIR=str(tmp_path / "data"),
-        BOXYARD_ALLOWED_HOSTS="127.0.0.1",
-        BOXYARD_IMAGE_ALLOWLIST=settings.BOXYARD_TEST_IMAGE,
-        BOXYARD_DEFAULT_IMAGE=settings.BOXYARD_TEST_IMAGE,
-        PYTHONUNBUFFERED="1",
-    )
-    log = tmp_path / "server.log"
-    with log.open("wb") as output:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "manage.py",
-                "serve",
-                "--no-build",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-            ],
-            cwd=REPO,
-            env=env,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    running = Server(f"http://127.0.0.1:{port}", process, log)
-
-    def answers() -> bool:
-        try:
-            return httpx.get(f"{running.url}/healthz", timeout=2).status_code == 200
-        except httpx.TransportError:
-            return process.poll() is not None  # stop waiting: it died
-
-    try:
-        wait_for(answers, 60, running.tail)
-        assert process.poll() is None, running.tail()
+    with served(tmp_path) as running:
         yield running
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
 
 
 @pytest.fixture

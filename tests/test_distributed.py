@@ -120,16 +120,7 @@ def cluster(tmp_path: Path, docker_engine: Any) -> Iterator[Cluster]:
     try:
         running.start(
             "web",
-            [
-                sys.executable,
-                "-m",
-                "daphne",
-                "-b",
-                "127.0.0.1",
-                "-p",
-                str(port),
-                "config.asgi:application",
-            ],
+            [sys.executable, "-m", "config.serving", "--host", "127.0.0.1", "--port", str(port)],
         )
         running.worker()
         running.start(

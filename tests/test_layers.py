@@ -10,7 +10,7 @@ REPO = Path(__file__).resolve().parents[1]
 ENTRY_POINTS = (
     "sandboxes.api", "sandboxes.views", "sandboxes.consumers", "sandboxes.tasks",
     "sandboxes.schemas", "sandboxes.admin", "sandboxes.management", "pipelines.views",
-    "pipelines.api", "pipelines.admin", "pipelines.management", "config",
+    "pipelines.api", "pipelines.admin", "pipelines.management", "config", "sandboxes.downloads",
 )  # fmt: skip
 SERVICES = ("sandboxes.services", "pipelines.services", "sandboxes.images")
 CORE = (

@@ -4,8 +4,8 @@ mapped once, in `config.api`."""
 
 from ninja import Router
 
-from sandboxes.api import execs, files, sandboxes, shells
+from sandboxes.api import execs, files, raw, sandboxes, shells
 
 router = Router()
-for routes in (sandboxes, execs, files, shells):
+for routes in (sandboxes, execs, files, raw, shells):
     router.add_router("", routes.router)

@@ -29,17 +29,18 @@ def write_file(request: HttpRequest, sandbox_id: str, body: WriteIn) -> dict[str
     sandbox = selectors.sandbox_for(who, sandbox_id)
     size, data = services.decoded_contents(body.contents, body.contents_b64)
     request.__dict__.pop("_body", None)  # parsed: the raw body need not wait for the write
-    path = services.write_file(
+    written = services.write_file(
         sandbox,
         body.path,
         data,
         who.actor,
+        size=size,
         mode=body.mode,
         overwrite=body.overwrite,
         holder=body.holder,
         epoch=body.epoch,
     )
-    return {"ok": True, "path": path, "size_bytes": size}
+    return {"ok": True, "path": written.path, "size_bytes": written.size_bytes}
 
 
 @router.get("/sandboxes/{sandbox_id}/files", response=responds(ReadOut), summary="Read a file")

@@ -126,16 +126,30 @@ class LineBuffer:
             raise LineTooLong(f"a line passed {self.limit} bytes")
 
 
+# stdin is written in batches of about this size, one system call for many pieces.
+_STDIN_BATCH = 1024 * 1024
+
+
 def feed_stdin(sock: socket.socket, chunks: Iterable[bytes]) -> threading.Thread:
-    """Write stdin from a thread, so a command that talks back while reading never deadlocks."""
+    """Write stdin from a thread, so a command that talks back while reading never deadlocks.
+    Pieces are gathered into batches written with one `sendmsg` each, never joined."""
 
     def feed() -> None:
         try:
+            batch: list[bytes] = []
+            size = 0
             for chunk in chunks:
                 if chunk:
-                    sock.sendall(chunk)
+                    batch.append(chunk)
+                    size += len(chunk)
+                if size >= _STDIN_BATCH or len(batch) >= _MAX_PIECES:
+                    _send_pieces(sock, batch)
+                    batch, size = [], 0
+            _send_pieces(sock, batch)
         except OSError:
             pass  # the command stopped reading (it failed or exited); its output says why
+        except Exception:  # the source failed (a client that went away):
+            pass  # the command sees its input end early, and says so
         finally:
             try:
                 sock.shutdown(socket.SHUT_WR)
@@ -145,6 +159,25 @@ def feed_stdin(sock: socket.socket, chunks: Iterable[bytes]) -> threading.Thread
     thread = threading.Thread(target=feed, name="exec-stdin", daemon=True)
     thread.start()
     return thread
+
+
+_MAX_PIECES = 256  # well under the kernel's IOV_MAX (1024)
+
+
+def _send_pieces(sock: socket.socket, pieces: list[bytes]) -> None:
+    sendmsg = getattr(sock, "sendmsg", None)
+    if sendmsg is None:  # an engine over SSH: a channel, which has no sendmsg
+        sock.sendall(b"".join(pieces))
+        return
+    views = [memoryview(piece) for piece in pieces if piece]
+    while views:
+        sent = sendmsg(views)
+        while sent and views:
+            if sent >= len(views[0]):
+                sent -= len(views.pop(0))
+            else:
+                views[0] = views[0][sent:]
+                sent = 0
 
 
 def close_quietly(sock: socket.socket) -> None:

@@ -66,6 +66,23 @@ class DeleteQuery(Fencing):
     recursive: bool = False
 
 
+class RawWriteQuery(Fencing):
+    path: str = Field(..., min_length=1, max_length=4096)
+    mode: str | None = Field(None, description="Octal permissions, default '0644'.")
+    overwrite: bool = True
+
+
+class RawWriteOut(Schema):
+    ok: bool
+    path: str
+    size_bytes: int
+    sha256: str
+
+
+class RawReadQuery(Schema):
+    path: str = Field(..., min_length=1, max_length=4096)
+
+
 def read_out(path: str, content: FileContent) -> dict[str, Any]:
     """Text as it is; anything that is not UTF-8 as base64."""
     shown: dict[str, Any] = {

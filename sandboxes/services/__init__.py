@@ -25,6 +25,7 @@ from sandboxes.services.files import (
     list_files,
     open_file_stream,
     read_file,
+    stat_file,
     workspace_path,
     write_file,
 )
@@ -75,6 +76,7 @@ __all__ = [
     "restart_sandbox",
     "run_code",
     "run_exec",
+    "stat_file",
     "stdin_bytes",
     "subscribe",
     "takeover_lease",

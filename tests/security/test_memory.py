@@ -39,7 +39,7 @@ from sandboxes.runtime.agent import AgentChannel
 from sandboxes.runtime.streams import _CHUNK, FrameReader, LineBuffer, LineTooLong, frames
 from tests.conftest import CHAT
 from tests.fakes import FakeRuntime
-from tests.security import _paced_app
+from tests.security import _streaming_app
 
 REPO = Path(__file__).resolve().parents[2]
 FIFTY_MB = 50 * 1000 * 1000
@@ -269,18 +269,17 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def paced_server() -> Iterator[int]:
+def streaming_server() -> Iterator[int]:
     port = _free_port()
     server = subprocess.Popen(
         [
             sys.executable,
             "-m",
-            "daphne",
-            "-b",
-            "127.0.0.1",
-            "-p",
+            "config.serving",
+            "--port",
             str(port),
-            "tests.security._paced_app:application",
+            "--app",
+            "tests.security._streaming_app:application",
         ],
         cwd=REPO,
         stdout=subprocess.DEVNULL,
@@ -295,7 +294,7 @@ def paced_server() -> Iterator[int]:
             if server.poll() is not None or time.monotonic() > deadline:
                 server.kill()
                 raise AssertionError(
-                    f"daphne did not start: {server.stderr.read().decode()}"  # type: ignore[union-attr]
+                    f"the server did not start: {server.stderr.read().decode()}"  # type: ignore[union-attr]
                 ) from None
             time.sleep(0.1)
     yield port
@@ -303,17 +302,17 @@ def paced_server() -> Iterator[int]:
     server.wait(10)
 
 
-def _parts_made_before_reading(port: int, query: str) -> int:
+def _parts_made_before_reading(port: int) -> int:
     """Connect, ask for the body, read nothing for two seconds, then read it all: how many of
     its parts the server had made by the time the client started reading."""
     client = socket.socket()
     client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
     client.connect(("127.0.0.1", port))
-    client.sendall(f"GET /{query} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+    client.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     time.sleep(2)
     reading = time.monotonic()
     received = bytearray()
-    total = _paced_app.PART * _paced_app.PARTS
+    total = _streaming_app.PART * _streaming_app.PARTS
     while (head_end := received.find(b"\r\n\r\n")) < 0 or len(received) < head_end + 4 + total:
         data = client.recv(1024 * 1024)
         if not data:
@@ -322,15 +321,15 @@ def _parts_made_before_reading(port: int, query: str) -> int:
     client.close()
     body = bytes(received[head_end + 4 :])
     assert len(body) == total
-    stamps = [struct.unpack(">d", body[i : i + 8])[0] for i in range(0, total, _paced_app.PART)]
+    stamps = [struct.unpack(">d", body[i : i + 8])[0] for i in range(0, total, _streaming_app.PART)]
     return sum(1 for stamp in stamps if stamp < reading)
 
 
-def test_a_slow_client_makes_the_server_wait_instead_of_buffering(paced_server: int) -> None:
-    # Without pacing, daphne takes all 64 MiB into Twisted's buffer at once (the control);
-    # paced, the server is held to what the sockets' buffers take, a few MiB.
-    assert _parts_made_before_reading(paced_server, "?unpaced") == _paced_app.PARTS
-    assert _parts_made_before_reading(paced_server, "") * _paced_app.PART < 12 * 1024 * 1024
+def test_a_slow_client_makes_the_server_wait_instead_of_buffering(streaming_server: int) -> None:
+    # The application is held to what the sockets' buffers take, a few MiB of the 64 (a
+    # server that buffers takes all 1024 parts at once).
+    made = _parts_made_before_reading(streaming_server)
+    assert made * _streaming_app.PART < 12 * 1024 * 1024, made
 
 
 # --- what a request leaves behind ---------------------------------------------------------------
@@ -338,7 +337,7 @@ def test_a_slow_client_makes_the_server_wait_instead_of_buffering(paced_server: 
 
 async def _served(scope: dict[str, Any], body: bytes) -> int:
     """One request through the server's application, the client leaving once answered (as
-    daphne tells the application when a response is complete)."""
+    the server tells the application when a response is complete)."""
     from config.asgi import application
 
     inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()

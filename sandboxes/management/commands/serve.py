@@ -14,7 +14,7 @@ from boxyard.errors import BoxyardError
 class Command(BaseCommand):
     help = (
         "Run Boxyard on this machine: migrate, build the default sandbox image if missing, "
-        "create the first admin, and serve HTTP and websockets with daphne (with the worker "
+        "create the first admin, and serve HTTP and websockets with uvicorn (with the worker "
         "and the scheduler in the same process unless REDIS_URL makes them separate)."
     )
 
@@ -36,12 +36,10 @@ class Command(BaseCommand):
 
             start_worker_and_scheduler()
             self.stdout.write("Worker and scheduler run in this process (embedded mode).")
-        from daphne.cli import CommandLineInterface
+        from config.serving import serve
 
         self.stdout.write(f"Boxyard listens on http://{options['host']}:{options['port']}/")
-        CommandLineInterface().run(
-            ["-b", options["host"], "-p", str(options["port"]), "config.asgi:application"]
-        )
+        serve(options["host"], options["port"])
 
     def _images(self) -> None:
         from sandboxes.images import ensure_image

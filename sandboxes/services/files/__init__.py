@@ -1,20 +1,23 @@
 """File operations under /workspace, done inside the sandbox as the sandbox user.
 
 `paths`: checking paths and modes; `contents`: the JSON calls' text and base64; `inside`:
-running an operation in the sandbox and reading its verdict; `operations`: write, read,
-stream, delete; `listing`: directories.
+running an operation in the sandbox and reading its verdict; `operations`: write (from bytes
+or a stream of any size) and delete; `reading`: a slice, a look, a stream or a byte range;
+`listing`: directories.
 """
 
 from sandboxes.services.files.contents import decode_contents, decoded_contents
 from sandboxes.services.files.listing import MAX_LIST_ENTRIES, FileEntry, list_files
-from sandboxes.services.files.operations import (
+from sandboxes.services.files.operations import Written, delete_file, write_file
+from sandboxes.services.files.paths import NAME_MAX, PATH_MAX, clean_mode, workspace_path
+from sandboxes.services.files.reading import (
     FileContent,
-    delete_file,
+    FileInfo,
+    FileStream,
     open_file_stream,
     read_file,
-    write_file,
+    stat_file,
 )
-from sandboxes.services.files.paths import NAME_MAX, PATH_MAX, clean_mode, workspace_path
 
 __all__ = [
     "MAX_LIST_ENTRIES",
@@ -22,6 +25,9 @@ __all__ = [
     "PATH_MAX",
     "FileContent",
     "FileEntry",
+    "FileInfo",
+    "FileStream",
+    "Written",
     "clean_mode",
     "decode_contents",
     "decoded_contents",
@@ -29,6 +35,7 @@ __all__ = [
     "list_files",
     "open_file_stream",
     "read_file",
+    "stat_file",
     "workspace_path",
     "write_file",
 ]

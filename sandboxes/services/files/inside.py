@@ -29,6 +29,7 @@ def run_inside(
     *,
     stdin: Iterable[bytes] | None = None,
     output_limit: int = 64 * 1024,
+    deadline_seconds: float = _FILE_OP_DEADLINE,
 ) -> ExecResult:
     try:
         return get_runtime().exec(
@@ -36,7 +37,7 @@ def run_inside(
             argv,
             stdin=stdin,
             output_limit=output_limit,
-            deadline_seconds=_FILE_OP_DEADLINE,
+            deadline_seconds=deadline_seconds,
         )
     except ContainerGone as error:
         raise containers.gone(sandbox, error, actor) from error

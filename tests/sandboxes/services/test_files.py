@@ -24,10 +24,10 @@ def sh(sandbox, bot, cmd):
 
 
 def test_write_read_roundtrip_with_parents_and_mode(sandbox, bot) -> None:
-    path = services.write_file(
-        sandbox, "src/app/main.py", "print('hé')\n".encode(), bot, mode="0755"
-    )
-    assert path == "/workspace/src/app/main.py"
+    data = "print('hé')\n".encode()
+    written = services.write_file(sandbox, "src/app/main.py", data, bot, mode="0755")
+    assert written.path == "/workspace/src/app/main.py"
+    assert (written.size_bytes, written.sha256) == (len(data), hashlib.sha256(data).hexdigest())
     content = services.read_file(sandbox, "/workspace/src/app/main.py")
     assert (
         content.data == "print('hé')\n".encode()
@@ -35,7 +35,7 @@ def test_write_read_roundtrip_with_parents_and_mode(sandbox, bot) -> None:
         and not content.truncated
     )
     assert sh(sandbox, bot, "stat -c %a src/app/main.py; id -u").stdout == "755\n10001\n"
-    assert Event.objects.filter(action="file.written", detail__path=path).exists()
+    assert Event.objects.filter(action="file.written", detail__path=written.path).exists()
 
 
 def test_binary_contents_and_base64(sandbox, bot) -> None:
@@ -144,8 +144,10 @@ def test_symlinks_planted_by_sandbox_code_do_not_let_reads_or_writes_escape(sand
 def test_large_files_stream_both_ways(sandbox, bot) -> None:
     blob = os.urandom(1024 * 1024) * 8  # 8 MiB
     chunks = (blob[i : i + 65536] for i in range(0, len(blob), 65536))
-    services.write_file(sandbox, "big.bin", chunks, bot)
-    size, body = services.open_file_stream(sandbox, "big.bin")
+    written = services.write_file(sandbox, "big.bin", chunks, bot, size=len(blob))
+    assert written.sha256 == hashlib.sha256(blob).hexdigest()
+    info, body = services.open_file_stream(sandbox, "big.bin")
+    size = info.size_bytes
     digest = hashlib.sha256()
     received = 0
     for chunk in body:

@@ -1,13 +1,10 @@
-"""An ASGI application for test_memory, served by a real daphne: a 64 MiB body sent in 64 KiB
-parts through `config.pacing.paced` (or, with `?unpaced`, through daphne's own `send`), each
-part starting with the moment it was made (`time.monotonic()`, shared by every process of
-the machine)."""
+"""An ASGI application for test_memory, served by the real server (`config.serving`): a 64 MiB
+body sent in 64 KiB parts, each starting with the moment it was made (`time.monotonic()`,
+shared by every process of the machine)."""
 
 import struct
 import time
 from typing import Any
-
-from config.pacing import paced
 
 PART = 64 * 1024
 PARTS = 1024
@@ -17,8 +14,6 @@ async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if scope["type"] != "http":
         return
     await receive()
-    if b"unpaced" not in scope.get("query_string", b""):
-        send = paced(send)
     await send(
         {
             "type": "http.response.start",

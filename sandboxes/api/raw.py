@@ -1,0 +1,86 @@
+"""The bot API's byte streams of files: an upload of any size (the body goes to the sandbox as
+it arrives: config.bodies) and a download with ranges (sandboxes.downloads)."""
+
+from typing import Any
+
+from django.http import HttpRequest, HttpResponseBase
+from ninja import Query, Router
+from ninja.responses import Status, codes_4xx, codes_5xx
+
+from boxyard.errors import InvalidInput, LengthRequired
+from config.bodies import pieces
+from sandboxes import selectors, services
+from sandboxes.api.common import principal
+from sandboxes.downloads import file_response
+from sandboxes.schemas import ErrorOut
+from sandboxes.schemas.files import RawReadQuery, RawWriteOut, RawWriteQuery
+
+router = Router(tags=["sandboxes"])
+
+
+@router.put(
+    "/sandboxes/{sandbox_id}/files/raw",
+    response={201: RawWriteOut, codes_4xx: ErrorOut, codes_5xx: ErrorOut},
+    summary="Upload a file as a byte stream",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/octet-stream": {"schema": {"type": "string"}}},
+        }
+    },
+)
+def put_raw(
+    request: HttpRequest, sandbox_id: str, query: Query[RawWriteQuery]
+) -> Status[dict[str, Any]]:
+    who = principal(request)
+    sandbox = selectors.sandbox_for(who, sandbox_id)
+    written = services.write_file(
+        sandbox,
+        query.path,
+        pieces(request),
+        who.actor,
+        size=content_length(request),
+        mode=query.mode,
+        overwrite=query.overwrite,
+        holder=query.holder,
+        epoch=query.epoch,
+    )
+    return Status(
+        201,
+        {
+            "ok": True,
+            "path": written.path,
+            "size_bytes": written.size_bytes,
+            "sha256": written.sha256,
+        },
+    )
+
+
+@router.api_operation(
+    ["GET", "HEAD"],
+    "/sandboxes/{sandbox_id}/files/raw",
+    response={200: None, 206: None, 304: None, codes_4xx: ErrorOut, codes_5xx: ErrorOut},
+    summary="Download a file as a byte stream (Range, If-None-Match and HEAD understood)",
+    openapi_extra={
+        "responses": {
+            200: {
+                "description": "The file's bytes, with Content-Length, ETag and Last-Modified.",
+                "content": {"application/octet-stream": {"schema": {"type": "string"}}},
+            }
+        }
+    },
+)
+def get_raw(request: HttpRequest, sandbox_id: str, query: Query[RawReadQuery]) -> HttpResponseBase:
+    sandbox = selectors.sandbox_for(principal(request), sandbox_id)
+    return file_response(request, sandbox, query.path)
+
+
+def content_length(request: HttpRequest) -> int:
+    """The upload's size, which it must say first: a write is refused before its first byte
+    when it cannot fit, and an upload that ends short is told from a complete one."""
+    text = request.headers.get("Content-Length")
+    if text is None:
+        raise LengthRequired("send the file's size as Content-Length (a chunked body is refused)")
+    if not text.isdigit():
+        raise InvalidInput("Content-Length", f"{text[:40]!r} is not a size in bytes")
+    return int(text)

@@ -1,0 +1,168 @@
+"""Reading files under /workspace, inside the sandbox as the sandbox user: a slice for the JSON
+calls, or a stream of any size, whole or from a byte range. A read needs a running sandbox
+and is activity; it changes nothing, so it needs no lease.
+
+Every read starts with the file's identity (size, modification time, inode): a stream's
+headers are made from it (Content-Length, ETag, Last-Modified), and a range read after a
+look at the file is refused if the file is not the one looked at (replaced or written to
+since), so a resumed download never splices two versions of a file.
+"""
+
+import mimetypes
+import posixpath
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from boxyard.errors import Conflict, ContainerGone, InvalidInput, RuntimeFailure
+from sandboxes import scripts
+from sandboxes.guard import require_running
+from sandboxes.models import Sandbox
+from sandboxes.runtime import ExecResult, get_runtime
+from sandboxes.scripts import sh
+from sandboxes.services import containers
+from sandboxes.services.files.inside import reader, run_inside, verdict
+from sandboxes.services.files.paths import workspace_path
+
+_IDENTITY_LINE_BYTES = 64
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    path: str
+    size_bytes: int
+    modified: int  # seconds since the epoch
+    inode: int
+
+    @property
+    def identity(self) -> str:
+        return f"{self.size_bytes} {self.modified} {self.inode}"
+
+    @property
+    def etag(self) -> str:
+        return f'"{self.size_bytes:x}-{self.modified:x}-{self.inode:x}"'
+
+    @property
+    def content_type(self) -> str:
+        guessed, _encoding = mimetypes.guess_type(posixpath.basename(self.path), strict=False)
+        return guessed or "application/octet-stream"
+
+
+@dataclass(frozen=True)
+class FileContent:
+    data: bytes
+    size_bytes: int
+
+    @property
+    def truncated(self) -> bool:
+        return len(self.data) < self.size_bytes
+
+
+def read_file(sandbox: Sandbox, path: object, max_bytes: object = None) -> FileContent:
+    """The first `max_bytes` of a file (the JSON call's read)."""
+    target = workspace_path(path)
+    limit = _clean_max_bytes(max_bytes)
+    _reading(sandbox)
+    result = run_inside(
+        sandbox,
+        sh(scripts.READ, "boxyard-read", target, "0", str(limit)),
+        reader(sandbox),
+        output_limit=limit + _IDENTITY_LINE_BYTES,
+    )
+    verdict(result, target)
+    line, _, data = result.stdout.partition(b"\n")
+    info = _info(target, line)
+    return FileContent(data=data[:limit], size_bytes=info.size_bytes)
+
+
+def stat_file(sandbox: Sandbox, path: object) -> FileInfo:
+    """What a stream of the file would carry in its headers."""
+    info, body = open_file_stream(sandbox, path, length=0)
+    body.close()
+    return info
+
+
+def open_file_stream(
+    sandbox: Sandbox,
+    path: object,
+    *,
+    start: int = 0,
+    length: int = -1,
+    expect: FileInfo | None = None,
+) -> tuple[FileInfo, "FileStream"]:
+    """The file's identity and a stream of `length` of its bytes from `start` (-1: to the
+    end), read from the sandbox as they are sent, never held whole. With `expect`, a file
+    that is no longer that one is refused (409)."""
+    target = workspace_path(path)
+    _reading(sandbox)
+    argv = [target, str(start), str(length), *([expect.identity] if expect else [])]
+    try:
+        stream = get_runtime().exec_stream(
+            sandbox.container_id, sh(scripts.READ, "boxyard-read", *argv)
+        )
+    except ContainerGone as error:
+        raise containers.gone(sandbox, error, reader(sandbox)) from error
+    chunks = iter(stream)
+    head = b""
+    for chunk in chunks:
+        head += chunk
+        if b"\n" in head or len(head) > _IDENTITY_LINE_BYTES:  # the line is short
+            break
+    if b"\n" not in head:
+        stream.close()
+        code = stream.exit_code()
+        if code == scripts.CHANGED:
+            raise Conflict(
+                f"{target} changed since it was looked at; read it again", code_detail="changed"
+            )
+        verdict(ExecResult(code, b"", stream.stderr, 0, len(stream.stderr), 0), target)
+        raise RuntimeFailure(f"reading {target} gave no identity line")
+    line, _, first = head.partition(b"\n")
+    return _info(target, line), FileStream(first, chunks, stream.close)
+
+
+class FileStream:
+    """A file's bytes in the pieces they are read in from the sandbox (at most 64 KiB each:
+    a larger block would be a fresh mapping of memory, page by page); `close()` ends the read
+    early."""
+
+    def __init__(self, first: bytes, chunks: Iterator[bytes], close: Callable[[], None]) -> None:
+        self._first = first
+        self._chunks = chunks
+        self._close = close
+
+    def __iter__(self) -> Iterator[bytes]:
+        if self._first:
+            yield self._first
+        yield from self._chunks
+
+    def close(self) -> None:
+        self._close()
+
+
+def _info(target: str, line: bytes) -> FileInfo:
+    try:
+        size, modified, inode = (int(field) for field in line.split())
+    except ValueError:
+        raise RuntimeFailure(f"reading {target} gave {line[:80]!r}, not its identity") from None
+    return FileInfo(path=target, size_bytes=size, modified=modified, inode=inode)
+
+
+def _clean_max_bytes(max_bytes: object) -> int:
+    if max_bytes is None or max_bytes == "":
+        return settings.BOXYARD_FILE_READ_BYTES
+    if isinstance(max_bytes, str) and max_bytes.isdigit():
+        max_bytes = int(max_bytes)
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
+        raise InvalidInput("max_bytes", "must be a non-negative integer")
+    ceiling = settings.BOXYARD_MAX_OUTPUT_BYTES
+    if max_bytes > ceiling:
+        raise InvalidInput("max_bytes", f"must be at most {ceiling} (BOXYARD_MAX_OUTPUT_BYTES)")
+    return max_bytes
+
+
+def _reading(sandbox: Sandbox) -> None:
+    """A read needs a running sandbox, and is activity."""
+    require_running(sandbox, "read files")
+    sandbox.record_activity()
