@@ -9,6 +9,9 @@
 //	boxyard-agent terminal ID -- ARGV... a program on the exec's terminal, as the sandbox user,
 //	                                     whose processes all end with the terminal (root)
 //	boxyard-agent list PATH 0|1 MAX      a directory's entries as JSON lines (sandbox user)
+//	boxyard-agent archive PATH FORMAT    a directory as tar, tar.gz or zip on stdout (sandbox user)
+//	boxyard-agent extract PATH FORMAT MAX_ENTRIES MAX_BYTES
+//	                                     an archive from stdin into a directory (sandbox user)
 //
 // Boxyard starts one bridge per (Boxyard process, sandbox) with the engine's exec and keeps it
 // open, so a command costs a write on an open stream instead of a new exec in the engine.
@@ -44,7 +47,7 @@ func main() {
 		socketPath = filepath.Join(stateDir, "agent.sock")
 	}
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: boxyard-agent serve|bridge|terminal|list|version")
+		fmt.Fprintln(os.Stderr, "usage: boxyard-agent serve|bridge|terminal|list|archive|extract|version")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
@@ -56,6 +59,10 @@ func main() {
 		os.Exit(terminal(os.Args[2:]))
 	case "list":
 		os.Exit(list(os.Args[2:]))
+	case "archive":
+		os.Exit(archive(os.Args[2:]))
+	case "extract":
+		os.Exit(extract(os.Args[2:]))
 	case "version":
 		fmt.Println(version)
 	default:

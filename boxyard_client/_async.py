@@ -9,6 +9,8 @@ import httpx
 
 from boxyard_client._base import ClientBase
 from boxyard_client._calls import AsyncSending, Call
+from boxyard_client._transfers import PIECE, Received, expected_size
+from boxyard_client.errors import error_from_response
 
 T = TypeVar("T")
 
@@ -19,7 +21,19 @@ class AsyncBoxyardClient(ClientBase[httpx.AsyncClient], AsyncSending):
     _http_class = httpx.AsyncClient
 
     async def _send(self, call: Call[T]) -> T:
-        return call.result(await self._http.send(self._request(call)))
+        content = call.upload.achunks() if call.upload else None
+        request = self._request(call, content)
+        if call.download is None:
+            return call.result(await self._http.send(request))
+        response = await self._http.send(request, stream=True)
+        try:
+            if response.status_code >= 400:
+                await response.aread()
+                raise error_from_response(response)
+            size = await call.download.awrite(response.aiter_bytes(PIECE), expected_size(response))
+            return call.parse(Received(response, size))
+        finally:
+            await response.aclose()
 
     async def shutdown(self) -> None:
         """Close the HTTP connections (`close` closes a sandbox)."""

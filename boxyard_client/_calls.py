@@ -18,6 +18,7 @@ from urllib.parse import quote
 import httpx
 
 from boxyard_client._models import Lease, from_json
+from boxyard_client._transfers import Download, Upload
 from boxyard_client.errors import BoxyardAPIError, error_from_response
 
 T = TypeVar("T")
@@ -46,10 +47,16 @@ class Call(Generic[T]):
     json: dict[str, Any] | None = None
     wait_seconds: float = 0.0  # how long the server may rightly work before it answers
     text: bool = False  # parse the body's text, not JSON
+    headers: dict[str, str] | None = None
+    upload: Upload | None = None  # a body streamed from a file, a path or bytes
+    download: Download | None = None  # a body streamed into one; parse gets a `Received`
+    whole: bool = False  # parse the response itself (its headers), not its body
 
     def result(self, response: httpx.Response) -> T:
         if response.status_code >= 400:
             raise error_from_response(response)
+        if self.whole:
+            return self.parse(response)
         if self.text:
             return self.parse(response.text)
         try:

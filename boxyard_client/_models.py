@@ -178,6 +178,64 @@ class WriteResult:
 
 
 @dataclass(frozen=True)
+class Uploaded:
+    """A file written from a stream: its path, size and sha256."""
+
+    ok: bool
+    path: str
+    size_bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """A file as a download describes it (HEAD, or what a download wrote)."""
+
+    size_bytes: int
+    etag: str
+    content_type: str
+    last_modified: str
+
+    @classmethod
+    def from_response(cls, response: Any) -> FileInfo:
+        headers = response.headers
+        return cls(
+            size_bytes=int(headers.get("Content-Length") or 0),
+            etag=headers.get("ETag", ""),
+            content_type=headers.get("Content-Type", ""),
+            last_modified=headers.get("Last-Modified", ""),
+        )
+
+
+@dataclass(frozen=True)
+class Downloaded:
+    """What a download wrote: its bytes, and how the server described the file."""
+
+    size_bytes: int
+    etag: str
+    content_type: str
+
+    @classmethod
+    def from_received(cls, received: Any) -> Downloaded:
+        headers = received.response.headers
+        return cls(
+            size_bytes=received.size,
+            etag=headers.get("ETag", ""),
+            content_type=headers.get("Content-Type", ""),
+        )
+
+
+@dataclass(frozen=True)
+class Extracted:
+    """An archive extracted into a directory: how many entries and bytes it made."""
+
+    ok: bool
+    path: str
+    entries: int
+    size_bytes: int
+
+
+@dataclass(frozen=True)
 class FileContents:
     """A file read back: `data` always holds the bytes, `text` decodes them as UTF-8."""
 

@@ -9,6 +9,8 @@ import httpx
 
 from boxyard_client._base import ClientBase
 from boxyard_client._calls import Call, Sending
+from boxyard_client._transfers import PIECE, Received, expected_size
+from boxyard_client.errors import error_from_response
 
 T = TypeVar("T")
 
@@ -24,7 +26,19 @@ class BoxyardClient(ClientBase[httpx.Client], Sending):
     _http_class = httpx.Client
 
     def _send(self, call: Call[T]) -> T:
-        return call.result(self._http.send(self._request(call)))
+        content = call.upload.chunks() if call.upload else None
+        request = self._request(call, content)
+        if call.download is None:
+            return call.result(self._http.send(request))
+        response = self._http.send(request, stream=True)
+        try:
+            if response.status_code >= 400:
+                response.read()
+                raise error_from_response(response)
+            size = call.download.write(response.iter_bytes(PIECE), expected_size(response))
+            return call.parse(Received(response, size))
+        finally:
+            response.close()
 
     def shutdown(self) -> None:
         """Close the HTTP connections (`close` closes a sandbox)."""

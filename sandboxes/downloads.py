@@ -1,5 +1,5 @@
 """A file of a sandbox as an HTTP response, for every route that serves one (the bot API, the
-dashboard): streamed, with its length, type, ETag and Last-Modified, conditional requests
+dashboard), and a directory's archive: streamed, with its length, type, ETag and Last-Modified, conditional requests
 (304, 412), one byte range (206, 416) so that an interrupted download resumes, and HEAD.
 
 A sandbox's file is whatever its code wrote, so it is served as a download that can never
@@ -17,7 +17,7 @@ from boxyard.errors import RangeNotSatisfiable
 from boxyard.threads import pulled
 from sandboxes import services
 from sandboxes.models import Sandbox
-from sandboxes.services.files import FileInfo
+from sandboxes.services.files import Archive, FileInfo
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)")
 # A file's pieces are taken from the sandbox this many at a time (about 1 MiB) per hop
@@ -62,6 +62,16 @@ def file_response(request: HttpRequest, sandbox: Sandbox, path: object) -> HttpR
     return _described(response, info)
 
 
+def archive_response(archive: Archive) -> StreamingHttpResponse:
+    """A directory's archive, sent as it is made (its length is not known before its end)."""
+    stream = archive.stream
+    response = StreamingHttpResponse(
+        pulled(stream, stream.close, batch=_PIECES_PER_HOP), content_type=archive.content_type
+    )
+    _attachment(response, archive.filename)
+    return response
+
+
 def _range(request: HttpRequest, info: FileInfo) -> tuple[int, int] | None:
     """(start, length) of the one range asked for; None for the whole file (no range, a form
     this server does not serve, several ranges, or an If-Range that no longer holds)."""
@@ -93,9 +103,13 @@ def _described(response: HttpResponseBase, info: FileInfo) -> HttpResponseBase:
     response["Last-Modified"] = http_date(info.modified)
     response["Accept-Ranges"] = "bytes"
     response["Cache-Control"] = "private, no-cache"
-    disposition = content_disposition_header(True, info.path.rsplit("/", 1)[-1] or "download")
+    _attachment(response, info.path.rsplit("/", 1)[-1] or "download")
+    return response
+
+
+def _attachment(response: HttpResponseBase, filename: str) -> None:
+    disposition = content_disposition_header(True, filename)
     if disposition:
         response["Content-Disposition"] = disposition
     response["Content-Security-Policy"] = _POLICY
     response["X-Content-Type-Options"] = "nosniff"
-    return response

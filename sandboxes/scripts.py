@@ -23,6 +23,7 @@ NOT_EMPTY = 209
 BAD_CWD = 210
 INCOMPLETE = 211
 CHANGED = 212
+REFUSED = 213  # an archive's entry refused (`boxyard-agent extract`)
 
 _INSIDE = """
 inside() { case "$1" in /workspace|/workspace/*) return 0;; *) return 1;; esac; }

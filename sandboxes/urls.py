@@ -9,6 +9,7 @@ urlpatterns = [
     path("sandboxes/<uuid:sandbox_id>/files", views.files, name="sandbox-files"),
     path("sandboxes/<uuid:sandbox_id>/files/download", views.download, name="sandbox-download"),
     path("sandboxes/<uuid:sandbox_id>/files/upload", views.upload, name="sandbox-upload"),
+    path("sandboxes/<uuid:sandbox_id>/files/archive", views.archive, name="sandbox-archive"),
     path("sandboxes/<uuid:sandbox_id>/files/delete", views.delete, name="sandbox-delete"),
     path("sandboxes/<uuid:sandbox_id>/processes", views.processes, name="sandbox-processes"),
     path("sandboxes/<uuid:sandbox_id>/log", views.log, name="sandbox-log"),

@@ -22,7 +22,7 @@ from boxyard.web import admin_actor, parse_int, staff_required
 from pipelines.models import Pipeline
 from sandboxes import dashboard, metrics, selectors, services
 from sandboxes.charts import fleet_charts
-from sandboxes.downloads import file_response
+from sandboxes.downloads import archive_response, file_response
 from sandboxes.models import Sandbox, State, StopReason
 
 
@@ -203,6 +203,18 @@ def download(request: HttpRequest, sandbox_id: UUID) -> HttpResponseBase:
     sandbox = _sandbox(request, sandbox_id)
     try:
         return file_response(request, sandbox, request.GET.get("path") or "")
+    except BoxyardError as error:
+        context = {"nav": "fleet", "sandbox": sandbox, "error": error.message}
+        return render(request, "sandboxes/file_error.html", context, status=problem(error).status)
+
+
+@staff_required
+@require_GET
+def archive(request: HttpRequest, sandbox_id: UUID) -> HttpResponseBase:
+    """A directory of the sandbox as a zip, made as it is sent."""
+    sandbox = _sandbox(request, sandbox_id)
+    try:
+        return archive_response(services.open_archive(sandbox, request.GET.get("path"), "zip"))
     except BoxyardError as error:
         context = {"nav": "fleet", "sandbox": sandbox, "error": error.message}
         return render(request, "sandboxes/file_error.html", context, status=problem(error).status)

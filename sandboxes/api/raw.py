@@ -1,9 +1,10 @@
 """The bot API's byte streams of files: an upload of any size (the body goes to the sandbox as
-it arrives: config.bodies) and a download with ranges (sandboxes.downloads)."""
+it arrives: config.bodies), a download with ranges (sandboxes.downloads), and directories as
+archives both ways."""
 
 from typing import Any
 
-from django.http import HttpRequest, HttpResponseBase
+from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
 from ninja import Query, Router
 from ninja.responses import Status, codes_4xx, codes_5xx
 
@@ -11,9 +12,16 @@ from boxyard.errors import InvalidInput, LengthRequired
 from config.bodies import pieces
 from sandboxes import selectors, services
 from sandboxes.api.common import principal
-from sandboxes.downloads import file_response
+from sandboxes.downloads import archive_response, file_response
 from sandboxes.schemas import ErrorOut
-from sandboxes.schemas.files import RawReadQuery, RawWriteOut, RawWriteQuery
+from sandboxes.schemas.files import (
+    ArchiveQuery,
+    ExtractOut,
+    ExtractQuery,
+    RawReadQuery,
+    RawWriteOut,
+    RawWriteQuery,
+)
 
 router = Router(tags=["sandboxes"])
 
@@ -73,6 +81,63 @@ def put_raw(
 def get_raw(request: HttpRequest, sandbox_id: str, query: Query[RawReadQuery]) -> HttpResponseBase:
     sandbox = selectors.sandbox_for(principal(request), sandbox_id)
     return file_response(request, sandbox, query.path)
+
+
+@router.get(
+    "/sandboxes/{sandbox_id}/files/archive",
+    response={200: None, codes_4xx: ErrorOut, codes_5xx: ErrorOut},
+    summary="Download a directory as tar, tar.gz or zip",
+    openapi_extra={
+        "responses": {
+            200: {
+                "description": "The archive, made as it is sent.",
+                "content": {"application/octet-stream": {"schema": {"type": "string"}}},
+            }
+        }
+    },
+)
+def get_archive(
+    request: HttpRequest, sandbox_id: str, query: Query[ArchiveQuery]
+) -> StreamingHttpResponse:
+    sandbox = selectors.sandbox_for(principal(request), sandbox_id)
+    return archive_response(services.open_archive(sandbox, query.path, query.format))
+
+
+@router.put(
+    "/sandboxes/{sandbox_id}/files/archive",
+    response={201: ExtractOut, codes_4xx: ErrorOut, codes_5xx: ErrorOut},
+    summary="Extract an uploaded archive into a directory",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/octet-stream": {"schema": {"type": "string"}}},
+        }
+    },
+)
+def put_archive(
+    request: HttpRequest, sandbox_id: str, query: Query[ExtractQuery]
+) -> Status[dict[str, Any]]:
+    who = principal(request)
+    sandbox = selectors.sandbox_for(who, sandbox_id)
+    extracted = services.extract_archive(
+        sandbox,
+        query.path,
+        pieces(request),
+        who.actor,
+        size=content_length(request),
+        format=query.format,
+        holder=query.holder,
+        epoch=query.epoch,
+    )
+    return Status(
+        201,
+        {
+            "ok": True,
+            "path": extracted.path,
+            "entries": extracted.entries,
+            "size_bytes": extracted.size_bytes,
+        },
+    )
 
 
 def content_length(request: HttpRequest) -> int:

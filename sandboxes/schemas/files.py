@@ -83,6 +83,23 @@ class RawReadQuery(Schema):
     path: str = Field(..., min_length=1, max_length=4096)
 
 
+class ArchiveQuery(Schema):
+    path: str = Field("/workspace", min_length=1, max_length=4096)
+    format: str = Field("tar.gz", description="tar, tar.gz or zip")
+
+
+class ExtractQuery(Fencing):
+    path: str = Field("/workspace", min_length=1, max_length=4096)
+    format: str = Field("tar.gz", description="tar, tar.gz or zip")
+
+
+class ExtractOut(Schema):
+    ok: bool
+    path: str
+    entries: int
+    size_bytes: int
+
+
 def read_out(path: str, content: FileContent) -> dict[str, Any]:
     """Text as it is; anything that is not UTF-8 as base64."""
     shown: dict[str, Any] = {

@@ -11,7 +11,9 @@ document, so a new route cannot be added without joining this matrix.
 """
 
 import base64
+import io
 import json
+import tarfile
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
@@ -32,6 +34,18 @@ NOTES_TEXT = "support's private notes\n"
 SESSION = "work"
 
 
+def _tar(name: str, data: bytes) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+PWNED_TAR = _tar(NOTES, b"pwned")
+
+
 @dataclass(frozen=True)
 class Route:
     """One operation: method, OpenAPI path template (without the prefix), a body or a query.
@@ -45,6 +59,7 @@ class Route:
     body: dict[str, Any] | None = None
     query: dict[str, Any] = field(default_factory=dict)
     lists: bool = False  # a listing: answers 200 with the caller's own objects only
+    raw: bytes | None = None  # a body of bytes (an upload), not JSON
 
     @property
     def label(self) -> str:
@@ -93,6 +108,21 @@ ROUTES: list[Route] = [
         query={"path": NOTES, "holder": "{holder}", "epoch": "{epoch}"},
     ),
     Route("GET", "/sandboxes/{sandbox_id}/files/list", query={"path": "/workspace"}),
+    Route(
+        "PUT",
+        "/sandboxes/{sandbox_id}/files/raw",
+        query={"path": NOTES, "holder": "{holder}", "epoch": "{epoch}"},
+        raw=b"pwned",
+    ),
+    Route("GET", "/sandboxes/{sandbox_id}/files/raw", query={"path": NOTES}),
+    Route("HEAD", "/sandboxes/{sandbox_id}/files/raw", query={"path": NOTES}),
+    Route(
+        "PUT",
+        "/sandboxes/{sandbox_id}/files/archive",
+        query={"path": "/workspace", "format": "tar", "holder": "{holder}", "epoch": "{epoch}"},
+        raw=PWNED_TAR,
+    ),
+    Route("GET", "/sandboxes/{sandbox_id}/files/archive", query={"path": "/workspace"}),
     Route("GET", "/sandboxes/{sandbox_id}/sessions"),
     Route(
         "POST",
@@ -163,7 +193,9 @@ def request(client: Client, route: Route, target: Target) -> Any:
     if query:
         path += "?" + urlencode(query)
     kwargs: dict[str, Any] = {}
-    if route.body is not None:
+    if route.raw is not None:
+        kwargs = {"data": route.raw, "content_type": "application/octet-stream"}
+    elif route.body is not None:
         body = {key: _fill(value, target) for key, value in route.body.items()}
         kwargs = {"data": json.dumps(body), "content_type": "application/json"}
     return getattr(client, route.method.lower())(path, **kwargs)
@@ -180,6 +212,9 @@ def call(
 
 def assert_error(response: Any, status: int, code: str) -> dict[str, Any]:
     assert response.status_code == status, (response.status_code, response.content[:500])
+    if response.request["REQUEST_METHOD"] == "HEAD":
+        assert response.content == b""  # the status is all a HEAD answers
+        return {}
     body = response.json()
     assert set(body) == {"error"}, body
     assert body["error"]["code"] == code, body

@@ -492,7 +492,8 @@ def test_lease_calls_and_run(call: Caller) -> None:
 def client_routes() -> set[tuple[str, str]]:
     """(method, path) of every client method, with `{}` for each path parameter."""
     routes = set()
-    for member in vars(Endpoints).values():
+    members = [member for cls in Endpoints.__mro__ for member in vars(cls).values()]
+    for member in members:
         if isinstance(member, endpoint):
             required = [
                 f"{{{name}}}"

@@ -9,8 +9,10 @@ lease, another pipeline's token, and the event a write leaves.
 
 import asyncio
 import hashlib
+import io
 import socket
 import threading
+import zipfile
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -290,3 +292,58 @@ def test_the_lease_and_the_pipeline_guard_the_streams(
     assert content(support.client.get(url)) == b"ours"
     bad_mode = support.client.put(url + "&mode=999", b"x", content_type="text/plain")
     assert bad_mode.status_code == 400 and bad_mode.json()["error"]["field"] == "mode"
+
+
+# --- the client ---------------------------------------------------------------------------------
+
+
+def test_the_client_streams_files_and_archives_with_progress(
+    server: Server, api: tuple[httpx.Client, str], tmp_path: Path
+) -> None:
+    from boxyard_client import AsyncBoxyardClient, BadRequest, BoxyardClient, NotFound
+
+    client, sandbox_id = api
+    token = client.headers["Authorization"].removeprefix("Bearer ")
+    source = tmp_path / "model.bin"
+    with source.open("wb") as out:
+        for piece in pattern(20 * MIB, seed=5):
+            out.write(piece)
+    seen: list[tuple[int, int | None]] = []
+    with BoxyardClient(server.url, token) as boxyard:
+        uploaded = boxyard.upload_file(
+            sandbox_id, "models/model.bin", source, progress=lambda *p: seen.append(p)
+        )
+        assert (uploaded.size_bytes, uploaded.sha256) == (20 * MIB, digest(20 * MIB, seed=5))
+        assert seen[0] == (0, 20 * MIB) and seen[-1] == (20 * MIB, 20 * MIB) and len(seen) > 10
+        info = boxyard.file_info(sandbox_id, "models/model.bin")
+        assert info.size_bytes == 20 * MIB and info.etag.startswith('"')
+        seen.clear()
+        target = tmp_path / "back.bin"
+        got = boxyard.download_file(
+            sandbox_id, "models/model.bin", target, progress=lambda *p: seen.append(p)
+        )
+        assert got.size_bytes == 20 * MIB and seen[-1] == (20 * MIB, 20 * MIB)
+        assert hashlib.sha256(target.read_bytes()).hexdigest() == digest(20 * MIB, seed=5)
+        archive = io.BytesIO()
+        boxyard.download_archive(sandbox_id, "models", archive, format="zip")
+        assert zipfile.ZipFile(archive).read("model.bin")[:MIB] == next(pattern(MIB, seed=5))
+        archive.seek(0)
+        extracted = boxyard.upload_archive(sandbox_id, "copy", archive, format="zip")
+        assert (extracted.entries, extracted.size_bytes) == (1, 20 * MIB)
+        with pytest.raises(BadRequest) as refused:
+            boxyard.upload_archive(sandbox_id, "copy", b"not an archive", format="tar")
+        assert "truncated or not a tar" in str(refused.value)
+        # A download that fails leaves the local file as it was.
+        target.write_bytes(b"mine")
+        with pytest.raises(NotFound, match="does not exist"):
+            boxyard.download_file(sandbox_id, "missing.bin", target)
+        assert target.read_bytes() == b"mine"
+
+    async def in_asyncio() -> tuple[int, int]:
+        async with AsyncBoxyardClient(server.url, token) as boxyard:
+            sent = await boxyard.upload_file(sandbox_id, "async.bin", b"a" * (3 * MIB))
+            back = io.BytesIO()
+            received = await boxyard.download_file(sandbox_id, "async.bin", back)
+            return sent.size_bytes, len(back.getvalue()) + received.size_bytes
+
+    assert asyncio.run(in_asyncio()) == (3 * MIB, 6 * MIB)

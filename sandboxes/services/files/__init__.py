@@ -3,9 +3,17 @@
 `paths`: checking paths and modes; `contents`: the JSON calls' text and base64; `inside`:
 running an operation in the sandbox and reading its verdict; `operations`: write (from bytes
 or a stream of any size) and delete; `reading`: a slice, a look, a stream or a byte range;
-`listing`: directories.
+`listing`: directories; `archives`: a directory as tar, tar.gz or zip, and an archive
+extracted into one.
 """
 
+from sandboxes.services.files.archives import (
+    FORMATS,
+    Archive,
+    Extracted,
+    extract_archive,
+    open_archive,
+)
 from sandboxes.services.files.contents import decode_contents, decoded_contents
 from sandboxes.services.files.listing import MAX_LIST_ENTRIES, FileEntry, list_files
 from sandboxes.services.files.operations import Written, delete_file, write_file
@@ -20,9 +28,12 @@ from sandboxes.services.files.reading import (
 )
 
 __all__ = [
+    "FORMATS",
     "MAX_LIST_ENTRIES",
     "NAME_MAX",
     "PATH_MAX",
+    "Archive",
+    "Extracted",
     "FileContent",
     "FileEntry",
     "FileInfo",
@@ -32,7 +43,9 @@ __all__ = [
     "decode_contents",
     "decoded_contents",
     "delete_file",
+    "extract_archive",
     "list_files",
+    "open_archive",
     "open_file_stream",
     "read_file",
     "stat_file",

@@ -3,7 +3,8 @@
 on the host; its exit code is its verdict, which `verdict` turns into the error it stands
 for."""
 
-from collections.abc import Iterable
+import hashlib
+from collections.abc import Iterable, Iterator
 
 from boxyard.actors import Actor
 from boxyard.errors import (
@@ -20,6 +21,36 @@ from sandboxes.runtime import ExecResult, get_runtime
 from sandboxes.services import containers
 
 _FILE_OP_DEADLINE = 300
+# An operation fed bytes may take as long as they need at this rate, and five minutes more.
+_SLOWEST_BYTES_PER_SECOND = 1024 * 1024
+
+
+def deadline_for(size: int) -> float:
+    return _FILE_OP_DEADLINE + size / _SLOWEST_BYTES_PER_SECOND
+
+
+class Fed:
+    """The bytes fed to an operation (a file, an archive), counted and hashed on their way
+    and cut at the size the caller said."""
+
+    def __init__(self, chunks: Iterable[bytes], size: int) -> None:
+        self._chunks = chunks
+        self._size = size
+        self.total = 0
+        self.sha256 = hashlib.sha256()
+        # The source ran out before the size said (a client that went away), as opposed to
+        # an operation that stopped taking them (it failed).
+        self.ended_early = False
+
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self._chunks:
+            chunk = chunk[: self._size - self.total]  # never more than the size said
+            self.total += len(chunk)
+            self.sha256.update(chunk)
+            yield chunk
+            if self.total == self._size:
+                return
+        self.ended_early = self.total < self._size
 
 
 def run_inside(

@@ -1,8 +1,7 @@
 """Writing and deleting files under /workspace, inside the sandbox as the sandbox user. A
 change needs the lease (the guard); every call is activity; a change is an event."""
 
-import hashlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from django.db import transaction
@@ -13,11 +12,8 @@ from sandboxes import events, scripts
 from sandboxes.guard import acting_on
 from sandboxes.models import Sandbox
 from sandboxes.scripts import WORKSPACE, sh
-from sandboxes.services.files.inside import run_inside, verdict
+from sandboxes.services.files.inside import Fed, deadline_for, run_inside, verdict
 from sandboxes.services.files.paths import clean_mode, workspace_path
-
-# A write may take as long as its bytes need at this rate, and five minutes more.
-_SLOWEST_BYTES_PER_SECOND = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -57,11 +53,10 @@ def write_file(
     limit = sandbox.workspace_limit_bytes
     if limit is not None and size > limit:
         raise WorkspaceFull(f"{size} bytes do not fit the workspace's {limit} bytes")
-    hashed = _Hashed([data] if isinstance(data, bytes) else data, size)
+    hashed = Fed([data] if isinstance(data, bytes) else data, size)
     overwrites = "1" if overwrite else "0"
     argv = sh(scripts.WRITE, "boxyard-write", target, permissions, overwrites, str(size))
-    deadline = 300 + size // _SLOWEST_BYTES_PER_SECOND
-    result = run_inside(sandbox, argv, actor, stdin=hashed, deadline_seconds=deadline)
+    result = run_inside(sandbox, argv, actor, stdin=hashed, deadline_seconds=deadline_for(size))
     if result.exit_code == scripts.INCOMPLETE:
         raise UploadIncomplete(f"the body ended after {hashed.total} of {size} bytes")
     verdict(result, target)
@@ -71,25 +66,6 @@ def write_file(
             actor, "file.written", sandbox=sandbox, path=target, size=size, sha256=written.sha256
         )
     return written
-
-
-class _Hashed:
-    """The chunks fed to a write, counted and hashed on their way, cut at the write's size."""
-
-    def __init__(self, chunks: Iterable[bytes], size: int) -> None:
-        self._chunks = chunks
-        self._size = size
-        self.total = 0
-        self.sha256 = hashlib.sha256()
-
-    def __iter__(self) -> Iterator[bytes]:
-        for chunk in self._chunks:
-            chunk = chunk[: self._size - self.total]  # never more than the size said
-            self.total += len(chunk)
-            self.sha256.update(chunk)
-            yield chunk
-            if self.total == self._size:
-                return
 
 
 def delete_file(

@@ -1,0 +1,161 @@
+"""Directories as archives, both ways: a directory under /workspace streamed out as tar,
+tar.gz or zip, and an uploaded archive extracted into one.
+
+Both run in the sandbox as the sandbox user (`boxyard-agent archive` and `extract`), so a
+hostile archive is parsed within the sandbox's own CPU, memory and disk limits, never in
+Boxyard's process. An extraction happens in a directory of its own beside its destination and
+moves into place only once every entry has passed; a refused archive (an absolute name, "..",
+a link out, a device, a FIFO, too many entries or bytes, a truncated stream, a full disk)
+leaves nothing behind, and the refusal names the entry.
+"""
+
+import json
+import posixpath
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from boxyard.actors import Actor
+from boxyard.errors import ContainerGone, InvalidInput, RuntimeFailure, UploadIncomplete
+from sandboxes import events, scripts
+from sandboxes.guard import acting_on, require_running
+from sandboxes.models import Sandbox
+from sandboxes.runtime import AGENT_PATH, ExecResult, get_runtime
+from sandboxes.services import containers
+from sandboxes.services.files.inside import Fed, deadline_for, reader, run_inside, verdict
+from sandboxes.services.files.paths import workspace_path
+from sandboxes.services.files.reading import FileStream
+
+# format: (content type, file name suffix)
+FORMATS = {
+    "tar": ("application/x-tar", ".tar"),
+    "tar.gz": ("application/gzip", ".tar.gz"),
+    "zip": ("application/zip", ".zip"),
+}
+
+
+@dataclass(frozen=True)
+class Archive:
+    """A directory on its way out: what to call it, its type, and its bytes."""
+
+    filename: str
+    content_type: str
+    stream: FileStream
+
+
+@dataclass(frozen=True)
+class Extracted:
+    path: str
+    entries: int
+    size_bytes: int
+
+
+def clean_format(value: object) -> str:
+    if value is None or value == "":
+        return "tar.gz"
+    if not isinstance(value, str) or value not in FORMATS:
+        raise InvalidInput("format", f"must be one of {', '.join(FORMATS)}")
+    return value
+
+
+def open_archive(sandbox: Sandbox, path: object, format: object = None) -> Archive:
+    """A directory as an archive, streamed from the sandbox as it is made."""
+    target = workspace_path(path or "/workspace")
+    kind = clean_format(format)
+    require_running(sandbox, "read files")
+    _needs_agent(sandbox)
+    sandbox.record_activity()
+    try:
+        stream = get_runtime().exec_stream(
+            sandbox.container_id, [AGENT_PATH, "archive", target, kind]
+        )
+    except ContainerGone as error:
+        raise containers.gone(sandbox, error, reader(sandbox)) from error
+    chunks = iter(stream)
+    first = next(chunks, b"")
+    if not first:  # an archive has bytes even when empty: this one failed before its first
+        stream.close()
+        code = stream.exit_code()
+        verdict(
+            ExecResult(code, b"", stream.stderr, 0, len(stream.stderr), 0), target, listing=True
+        )
+        raise RuntimeFailure(f"archiving {target} gave nothing: {stream.stderr[-300:]!r}")
+    name = posixpath.basename(target) or "workspace"
+    content_type, suffix = FORMATS[kind]
+    return Archive(name + suffix, content_type, FileStream(first, chunks, stream.close))
+
+
+def extract_archive(
+    sandbox: Sandbox,
+    path: object,
+    data: Iterable[bytes],
+    actor: Actor,
+    *,
+    size: int,
+    format: object = None,
+    holder: str | None = None,
+    epoch: int | None = None,
+) -> Extracted:
+    """Extract an archive of `size` bytes into the directory `path` (made if missing)."""
+    target = workspace_path(path or "/workspace")
+    kind = clean_format(format)
+    with acting_on(
+        sandbox, actor, "change files", holder=holder, epoch=epoch, activity=True
+    ) as acting:
+        sandbox = acting.sandbox
+    _needs_agent(sandbox)
+    most_bytes = settings.BOXYARD_ARCHIVE_MAX_BYTES
+    if sandbox.workspace_limit_bytes is not None:
+        most_bytes = min(most_bytes, sandbox.workspace_limit_bytes)
+    argv = [
+        AGENT_PATH,
+        "extract",
+        target,
+        kind,
+        str(settings.BOXYARD_ARCHIVE_MAX_ENTRIES),
+        str(most_bytes),
+    ]
+    fed = Fed(data, size)
+    result = run_inside(sandbox, argv, actor, stdin=fed, deadline_seconds=deadline_for(size))
+    if fed.ended_early:
+        raise UploadIncomplete(f"the body ended after {fed.total} of {size} bytes")
+    if result.exit_code == scripts.REFUSED:
+        refused = _answer(result)
+        entry = str(refused.get("entry", "?"))
+        raise InvalidInput("archive", f"{entry} {refused.get('reason', 'is refused')}", entry=entry)
+    verdict(result, target, listing=True)
+    summary = _answer(result)
+    extracted = Extracted(
+        path=target, entries=int(summary.get("entries", 0)), size_bytes=int(summary.get("bytes", 0))
+    )
+    with transaction.atomic():
+        events.record(
+            actor,
+            "files.extracted",
+            sandbox=sandbox,
+            path=target,
+            format=kind,
+            entries=extracted.entries,
+            size=extracted.size_bytes,
+        )
+    return extracted
+
+
+def _needs_agent(sandbox: Sandbox) -> None:
+    if not sandbox.agent:
+        raise InvalidInput(
+            "path", "archives need the sandbox agent, which this sandbox was started without"
+        )
+
+
+def _answer(result: ExecResult) -> dict[str, Any]:
+    try:
+        answer = json.loads(result.stdout.decode(errors="replace").strip() or "{}")
+    except ValueError:
+        raise RuntimeFailure(f"the archive's extraction answered {result.stdout[:200]!r}") from None
+    if not isinstance(answer, dict):
+        raise RuntimeFailure(f"the archive's extraction answered {result.stdout[:200]!r}")
+    return answer
