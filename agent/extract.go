@@ -63,6 +63,19 @@ func extract(args []string) int {
 	if !strings.HasPrefix(args[0]+"/", "/workspace/") {
 		return verdictOutside
 	}
+	// The directories to make must be made inside /workspace: the deepest one that exists
+	// is resolved first (a symlink on the way may lead elsewhere), and nothing is made if it
+	// lies outside.
+	existing := args[0]
+	for {
+		if _, err := os.Lstat(existing); err == nil {
+			break
+		}
+		existing = filepath.Dir(existing)
+	}
+	if _, code := workspaceDir(existing); code != 0 {
+		return code
+	}
 	if err := os.MkdirAll(args[0], 0o755); err != nil {
 		return extractFailed(err)
 	}

@@ -164,6 +164,12 @@ def test_bombs_truncation_and_a_full_disk_are_refused(
     refused = support.client.put(url(box, path="in", format="tar"), clash, content_type="x/y")
     assert refused.status_code == 400 and refused.json()["error"]["entry"] == "taken"
     assert names(box, bot) == ["./taken"]
+    # A destination through a symlink that leads out: refused, and nothing is made out there.
+    run(box, bot, "ln -s /tmp /workspace/out")
+    outside = support.client.put(url(box, path="out/new", format="tar"), clash, content_type="x/y")
+    assert outside.status_code == 400, outside.content
+    assert "outside /workspace" in outside.json()["error"]["message"]
+    assert run(box, bot, "ls /tmp").stdout == ""
     assert support.client.get(url(box, path="in", format="rar")).status_code == 400
     assert support.client.get(url(box, path="/etc", format="tar")).status_code == 400
     assert support.client.get(url(box, path="tree/a.txt", format="tar")).status_code == 400
