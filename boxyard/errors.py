@@ -99,6 +99,14 @@ class RangeNotSatisfiable(BoxyardError):
     status = 416
 
 
+class LinkRefused(BoxyardError):
+    """A signed link that is not (or no longer) good: changed, expired, or of a sandbox
+    closed since it was made."""
+
+    code = "link_refused"
+    status = 403
+
+
 class UploadIncomplete(BoxyardError):
     """The body ended before its Content-Length: nothing was written."""
 

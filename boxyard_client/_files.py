@@ -5,7 +5,7 @@ a MiB at a time, with `progress(done_bytes, total_bytes or None)` called as they
 from __future__ import annotations
 
 from boxyard_client._calls import Call, compact, endpoint, octal_mode, parser, sandbox_path
-from boxyard_client._models import Downloaded, Extracted, FileInfo, Uploaded
+from boxyard_client._models import Downloaded, Extracted, FileInfo, FileLink, Uploaded
 from boxyard_client._transfers import Download, Progress, Source, Target, Upload
 
 
@@ -115,3 +115,27 @@ class FileEndpoints:
             params=params,
             upload=upload,
         )
+
+    @endpoint
+    def create_link(
+        self,
+        sandbox_id: str,
+        path: str,
+        *,
+        method: str = "GET",
+        expires_in_seconds: int | None = None,
+        holder: str | None = None,
+        epoch: int | None = None,
+    ) -> Call[FileLink]:
+        """A URL that downloads (GET) or uploads (PUT) one file without the token, until it
+        expires: for handing a file, or a place to put one, to a chat's user."""
+        body = compact(
+            {
+                "path": path,
+                "method": method,
+                "expires_in_seconds": expires_in_seconds,
+                "holder": holder,
+                "epoch": epoch,
+            }
+        )
+        return Call("POST", sandbox_path(sandbox_id, "files", "links"), parser(FileLink), json=body)

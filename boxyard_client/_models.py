@@ -226,6 +226,16 @@ class Downloaded:
 
 
 @dataclass(frozen=True)
+class FileLink:
+    """A signed link: anyone with `url` may use `method` on `path` until `expires_at`."""
+
+    url: str
+    path: str
+    method: str
+    expires_at: datetime
+
+
+@dataclass(frozen=True)
 class Extracted:
     """An archive extracted into a directory: how many entries and bytes it made."""
 

@@ -22,7 +22,10 @@ from django.core.exceptions import RequestAborted
 Receive = Callable[[], Awaitable[Mapping[str, Any]]]
 
 # (method, path) of the routes whose view reads its body as a stream.
-STREAMED = (("PUT", re.compile(r"/api/v1/sandboxes/[^/]+/files/(?:raw|archive)")),)
+STREAMED = (
+    ("PUT", re.compile(r"/api/v1/sandboxes/[^/]+/files/(?:raw|archive)")),
+    ("PUT", re.compile(r"/links/[^/]+")),
+)
 
 PART_BYTES = 1024 * 1024
 PARTS_AHEAD = 4

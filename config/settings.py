@@ -320,6 +320,8 @@ BOXYARD_EXEC_KEEP_BYTES = env_int("BOXYARD_EXEC_KEEP_BYTES", 16 * 1024 * 1024, m
 BOXYARD_METRICS_TOKEN = env_str("BOXYARD_METRICS_TOKEN", "")
 # Default cap on what one file read returns.
 BOXYARD_FILE_READ_BYTES = env_int("BOXYARD_FILE_READ_BYTES", 256 * 1024, minimum=1)
+# The longest a signed link of a file may live.
+BOXYARD_FILE_LINK_MAX_SECONDS = env_int("BOXYARD_FILE_LINK_MAX_SECONDS", 7 * 24 * 3600, minimum=1)
 # What an uploaded archive may expand to: entries, and bytes (never more than the workspace).
 BOXYARD_ARCHIVE_MAX_ENTRIES = env_int("BOXYARD_ARCHIVE_MAX_ENTRIES", 100_000, minimum=1)
 BOXYARD_ARCHIVE_MAX_BYTES = env_int("BOXYARD_ARCHIVE_MAX_BYTES", 10 * 1024**3, minimum=1)

@@ -5,6 +5,7 @@ from django.urls import include, path
 
 from boxyard.web import StaffLoginForm
 from config.api import api
+from sandboxes.api.links import serve_link
 from sandboxes.views import prometheus_metrics
 
 
@@ -19,6 +20,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
     path("healthz", healthz),
+    path("links/<str:token>", serve_link, name="file-link"),
     path("metrics", prometheus_metrics),
     path("login/", auth_views.LoginView.as_view(authentication_form=StaffLoginForm), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),

@@ -299,6 +299,35 @@ def tool_specs() -> list[ToolSpec]:
             query=("path", "recursive"),
         ),
         ToolSpec(
+            name="sandbox_fs_link",
+            description=(
+                "Make a link to one file of the sandbox's /workspace that works without any "
+                "token until it expires: method GET lets the user download the file (give "
+                "the url to the user to hand them a chart, a report or a zip), PUT lets the "
+                "user upload to that path (e.g. curl -T file URL). Returns url and expires_at."
+            ),
+            parameters=_object(
+                {
+                    "sandbox_id": _sandbox_id(),
+                    "path": _path("File path, relative to /workspace."),
+                    "method": {
+                        "type": "string",
+                        "pattern": "^(GET|PUT)$",
+                        "description": "GET: a download link (default); PUT: an upload link.",
+                    },
+                    "expires_in_seconds": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "description": "How long the link works (default one hour).",
+                    },
+                },
+                required=("sandbox_id", "path"),
+            ),
+            method="POST",
+            path=_SANDBOX + "/files/links",
+            body=("path", "method", "expires_in_seconds"),
+        ),
+        ToolSpec(
             name="sandbox_close",
             description=(
                 "Close the sandbox when the work is finished: its container is stopped. The "

@@ -18,6 +18,7 @@ def test_only_the_upload_routes_stream_their_body() -> None:
     upload = {"method": "PUT", "path": "/api/v1/sandboxes/abc/files/raw"}
     assert streams(upload)
     assert streams({**upload, "path": "/api/v1/sandboxes/abc/files/archive"})
+    assert streams({**upload, "path": "/links/a-signed-token"})
     assert not streams({**upload, "method": "GET"})
     assert not streams({**upload, "path": "/api/v1/sandboxes/abc/files"})
     assert not streams({**upload, "path": "/api/v1/sandboxes/abc/files/raw/more"})

@@ -2,6 +2,7 @@
 presenters that turn the services' answers into them."""
 
 import base64
+from datetime import datetime
 from typing import Any
 
 from ninja import Field, Schema
@@ -98,6 +99,21 @@ class ExtractOut(Schema):
     path: str
     entries: int
     size_bytes: int
+
+
+class LinkIn(Fencing):
+    path: str = Field(..., min_length=1, max_length=4096)
+    method: str = Field("GET", description="GET (a download) or PUT (an upload)")
+    expires_in_seconds: int | None = Field(
+        None, description="Default one hour; at most BOXYARD_FILE_LINK_MAX_SECONDS."
+    )
+
+
+class LinkOut(Schema):
+    url: str
+    path: str
+    method: str
+    expires_at: datetime
 
 
 def read_out(path: str, content: FileContent) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from sandboxes.services.execs import (
     wait_exec,
 )
 from sandboxes.services.files import (
+    create_link,
     decoded_contents,
     delete_file,
     extract_archive,
@@ -28,6 +29,7 @@ from sandboxes.services.files import (
     open_file_stream,
     read_file,
     stat_file,
+    use_link,
     workspace_path,
     write_file,
 )
@@ -55,6 +57,7 @@ __all__ = [
     "clean_request",
     "close_later",
     "close_sandbox",
+    "create_link",
     "create_session",
     "decoded_contents",
     "delete_file",
@@ -84,6 +87,7 @@ __all__ = [
     "stdin_bytes",
     "subscribe",
     "takeover_lease",
+    "use_link",
     "wait_exec",
     "workspace_path",
     "workspace_usage",

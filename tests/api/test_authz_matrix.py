@@ -123,6 +123,11 @@ ROUTES: list[Route] = [
         raw=PWNED_TAR,
     ),
     Route("GET", "/sandboxes/{sandbox_id}/files/archive", query={"path": "/workspace"}),
+    Route(
+        "POST",
+        "/sandboxes/{sandbox_id}/files/links",
+        {"path": NOTES, "method": "PUT", "holder": "{holder}", "epoch": "{epoch}"},
+    ),
     Route("GET", "/sandboxes/{sandbox_id}/sessions"),
     Route(
         "POST",

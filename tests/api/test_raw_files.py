@@ -333,6 +333,11 @@ def test_the_client_streams_files_and_archives_with_progress(
         with pytest.raises(BadRequest) as refused:
             boxyard.upload_archive(sandbox_id, "copy", b"not an archive", format="tar")
         assert "truncated or not a tar" in str(refused.value)
+        # A link for a chat's user: no token needed, this one file only.
+        link = boxyard.create_link(sandbox_id, "models/model.bin", expires_in_seconds=60)
+        assert link.url.startswith(server.url + "/links/") and link.method == "GET"
+        head = httpx.head(link.url)
+        assert head.status_code == 200 and head.headers["Content-Length"] == str(20 * MIB)
         # A download that fails leaves the local file as it was.
         target.write_bytes(b"mine")
         with pytest.raises(NotFound, match="does not exist"):

@@ -23,6 +23,7 @@ NAMES = [
     "sandbox_fs_read",
     "sandbox_fs_list",
     "sandbox_fs_delete",
+    "sandbox_fs_link",
     "sandbox_close",
 ]
 
@@ -193,6 +194,7 @@ def test_required_parameters_follow_the_api() -> None:
         "sandbox_fs_read": {"sandbox_id", "path"},
         "sandbox_fs_list": {"sandbox_id"},
         "sandbox_fs_delete": {"sandbox_id", "path"},
+        "sandbox_fs_link": {"sandbox_id", "path"},
         "sandbox_close": {"sandbox_id"},
     }
 
@@ -288,6 +290,7 @@ def test_calls_follow_the_bot_api() -> None:
         "sandbox_fs_read": ("GET", "/api/v1/sandboxes/{sandbox_id}/files"),
         "sandbox_fs_list": ("GET", "/api/v1/sandboxes/{sandbox_id}/files/list"),
         "sandbox_fs_delete": ("DELETE", "/api/v1/sandboxes/{sandbox_id}/files"),
+        "sandbox_fs_link": ("POST", "/api/v1/sandboxes/{sandbox_id}/files/links"),
         "sandbox_close": ("DELETE", "/api/v1/sandboxes/{sandbox_id}"),
     }
 

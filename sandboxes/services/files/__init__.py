@@ -4,7 +4,7 @@
 running an operation in the sandbox and reading its verdict; `operations`: write (from bytes
 or a stream of any size) and delete; `reading`: a slice, a look, a stream or a byte range;
 `listing`: directories; `archives`: a directory as tar, tar.gz or zip, and an archive
-extracted into one.
+extracted into one; `links`: signed links to one file.
 """
 
 from sandboxes.services.files.archives import (
@@ -15,6 +15,7 @@ from sandboxes.services.files.archives import (
     open_archive,
 )
 from sandboxes.services.files.contents import decode_contents, decoded_contents
+from sandboxes.services.files.links import Link, UsedLink, create_link, use_link
 from sandboxes.services.files.listing import MAX_LIST_ENTRIES, FileEntry, list_files
 from sandboxes.services.files.operations import Written, delete_file, write_file
 from sandboxes.services.files.paths import NAME_MAX, PATH_MAX, clean_mode, workspace_path
@@ -38,8 +39,11 @@ __all__ = [
     "FileEntry",
     "FileInfo",
     "FileStream",
+    "Link",
+    "UsedLink",
     "Written",
     "clean_mode",
+    "create_link",
     "decode_contents",
     "decoded_contents",
     "delete_file",
@@ -49,6 +53,7 @@ __all__ = [
     "open_file_stream",
     "read_file",
     "stat_file",
+    "use_link",
     "workspace_path",
     "write_file",
 ]

@@ -1,0 +1,79 @@
+"""Signed links (`services/files/links.py`): the bot API's call that makes one, and the route
+that serves one to whoever holds it, with no token: `GET`/`HEAD` download the file (ranges
+and all, as `files/raw` does), `PUT` uploads it (streamed as it arrives)."""
+
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from ninja import Router
+from ninja.responses import Status, codes_4xx, codes_5xx
+
+from boxyard.errors import BoxyardError, InvalidInput, problem
+from config.bodies import pieces
+from sandboxes import selectors, services
+from sandboxes.api.common import principal
+from sandboxes.api.raw import content_length
+from sandboxes.downloads import file_response
+from sandboxes.schemas import ErrorOut
+from sandboxes.schemas.files import LinkIn, LinkOut
+
+router = Router(tags=["sandboxes"])
+
+
+@router.post(
+    "/sandboxes/{sandbox_id}/files/links",
+    response={201: LinkOut, codes_4xx: ErrorOut, codes_5xx: ErrorOut},
+    summary="Make a link that downloads or uploads one file without the token",
+)
+def create_link(request: HttpRequest, sandbox_id: str, body: LinkIn) -> Status[dict[str, Any]]:
+    who = principal(request)
+    sandbox = selectors.sandbox_for(who, sandbox_id)
+    link = services.create_link(
+        sandbox,
+        body.path,
+        who.actor,
+        method=body.method,
+        expires_in_seconds=body.expires_in_seconds,
+        holder=body.holder,
+        epoch=body.epoch,
+    )
+    return Status(
+        201,
+        {
+            "url": request.build_absolute_uri(f"/links/{link.token}"),
+            "path": link.path,
+            "method": link.method,
+            "expires_at": link.expires_at,
+        },
+    )
+
+
+@csrf_exempt  # the link is the credential; no cookie is read
+def serve_link(request: HttpRequest, token: str) -> HttpResponseBase:
+    try:
+        if request.method not in ("GET", "HEAD", "PUT"):
+            raise InvalidInput("method", f"a link takes GET, HEAD or PUT, not {request.method}")
+        used = services.use_link(token, request.method)
+        if used.method == "GET":
+            return file_response(request, used.sandbox, used.path)
+        written = services.write_file(
+            used.sandbox,
+            used.path,
+            pieces(request),
+            used.actor,
+            size=content_length(request),
+            holder=used.holder,
+            epoch=used.epoch,
+        )
+        return JsonResponse(
+            {"ok": True, "path": written.path, "size_bytes": written.size_bytes,
+             "sha256": written.sha256},
+            status=201,
+        )  # fmt: skip
+    except BoxyardError as error:
+        answer = problem(error)
+        response: HttpResponse = JsonResponse(answer.body, status=answer.status)
+        for name, value in answer.headers.items():
+            response[name] = value
+        return response

@@ -1,0 +1,144 @@
+"""Signed links: a URL that downloads (GET) or uploads (PUT) one file of one sandbox without
+the pipeline's token, until it expires, so a bot can hand a chat user a file or a place to
+put one.
+
+A link is the sandbox, its generation, the path, the method, the lease it was made under
+and its expiry, signed with Django's signing (HMAC with a key derived from SECRET_KEY, which
+only the server holds). Nothing is stored: a changed byte breaks the signature (403), a link
+past its expiry is refused (403), a link of a sandbox destroyed since is 404, and one whose
+sandbox was closed since (stopped, or started again as a new generation) is 403. An upload
+link acts under the lease it was made under, so a takeover fences it off like any other
+writer. Every use is an event.
+"""
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.core import signing
+from django.db import transaction
+from django.utils import timezone
+
+from boxyard.actors import Actor
+from boxyard.errors import InvalidInput, LinkRefused, NotFound
+from sandboxes import events
+from sandboxes.guard import acting_on, require_running
+from sandboxes.models import Sandbox, State
+from sandboxes.services.files.paths import workspace_path
+
+_SALT = "boxyard.files.link"
+METHODS = ("GET", "PUT")
+
+
+@dataclass(frozen=True)
+class Link:
+    token: str
+    path: str
+    method: str
+    expires_at: datetime
+
+
+@dataclass(frozen=True)
+class UsedLink:
+    """A link that holds: its sandbox (running, the link's generation), path and method, and
+    the holder and epoch an upload acts under."""
+
+    sandbox: Sandbox
+    path: str
+    method: str
+    holder: str
+    epoch: int
+    actor: Actor
+
+
+def create_link(
+    sandbox: Sandbox,
+    path: object,
+    actor: Actor,
+    *,
+    method: object = "GET",
+    expires_in_seconds: object = None,
+    holder: str | None = None,
+    epoch: int | None = None,
+) -> Link:
+    """A link to `path` for `method`; an upload link needs the lease, as an upload does."""
+    target = workspace_path(path)
+    if method not in METHODS:
+        raise InvalidInput("method", f"must be one of {', '.join(METHODS)}")
+    seconds = _clean_expiry(expires_in_seconds)
+    with acting_on(
+        sandbox, actor, "make a link", holder=holder, epoch=epoch, hold_lease=method == "PUT"
+    ) as acting:
+        sandbox = acting.sandbox
+        holder_now = acting.holder
+        epoch_now = acting.lease.epoch if acting.lease is not None else 0
+    expires_at = timezone.now() + timedelta(seconds=seconds)
+    token = signing.dumps(
+        {
+            "s": str(sandbox.pk),
+            "g": sandbox.generation,
+            "p": target,
+            "m": method,
+            "h": holder_now,
+            "e": epoch_now,
+            "x": int(expires_at.timestamp()),
+        },
+        salt=_SALT,
+        compress=True,
+    )
+    with transaction.atomic():
+        events.record(
+            actor,
+            "file.link_created",
+            sandbox=sandbox,
+            path=target,
+            method=method,
+            expires_at=expires_at.isoformat(),
+        )
+    return Link(token=token, path=target, method=str(method), expires_at=expires_at)
+
+
+def use_link(token: str, method: str) -> UsedLink:
+    """The link's sandbox and path if the link holds for `method` (HEAD goes with GET);
+    recorded as an event."""
+    try:
+        claims: dict[str, Any] = signing.loads(token, salt=_SALT)
+    except signing.BadSignature:
+        raise LinkRefused("this link is not valid (it was changed or is not Boxyard's)") from None
+    wanted = "GET" if method == "HEAD" else method
+    if claims.get("m") != wanted:
+        raise LinkRefused(f"this link is for {claims.get('m')}, not {method}")
+    expires_at = datetime.fromtimestamp(int(claims["x"]), tz=UTC)
+    if timezone.now() >= expires_at:
+        raise LinkRefused(f"this link expired at {expires_at.isoformat()}")
+    sandbox = Sandbox.objects.select_related("pipeline").filter(pk=claims["s"]).first()
+    if sandbox is None or sandbox.state == State.DESTROYED:
+        raise NotFound("the sandbox of this link no longer exists")
+    if sandbox.generation != claims["g"] or sandbox.state != State.RUNNING:
+        raise LinkRefused("the sandbox of this link has been closed since it was made")
+    require_running(sandbox, "use a link")
+    actor = Actor("bot", f"link:{claims['h']}")
+    with transaction.atomic():
+        events.record(actor, "file.link_used", sandbox=sandbox, path=claims["p"], method=method)
+    return UsedLink(
+        sandbox=sandbox,
+        path=claims["p"],
+        method=wanted,
+        holder=claims["h"],
+        epoch=int(claims["e"]),
+        actor=actor,
+    )
+
+
+def _clean_expiry(value: object) -> int:
+    ceiling = settings.BOXYARD_FILE_LINK_MAX_SECONDS
+    if value is None or value == "":
+        return min(3600, ceiling)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidInput("expires_in_seconds", "must be a positive whole number of seconds")
+    if value > ceiling:
+        raise InvalidInput(
+            "expires_in_seconds", f"must be at most {ceiling} (BOXYARD_FILE_LINK_MAX_SECONDS)"
+        )
+    return value
