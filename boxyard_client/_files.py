@@ -4,7 +4,15 @@ a MiB at a time, with `progress(done_bytes, total_bytes or None)` called as they
 
 from __future__ import annotations
 
-from boxyard_client._calls import Call, compact, endpoint, octal_mode, parser, sandbox_path
+from boxyard_client._calls import (
+    Call,
+    compact,
+    endpoint,
+    exec_path,
+    octal_mode,
+    parser,
+    sandbox_path,
+)
 from boxyard_client._models import Downloaded, Extracted, FileInfo, FileLink, Uploaded
 from boxyard_client._transfers import Download, Progress, Source, Target, Upload
 
@@ -139,3 +147,23 @@ class FileEndpoints:
             }
         )
         return Call("POST", sandbox_path(sandbox_id, "files", "links"), parser(FileLink), json=body)
+
+    @endpoint
+    def download_exec_output(
+        self,
+        sandbox_id: str,
+        exec_id: str,
+        target: Target,
+        *,
+        stream: str = "stdout",
+        progress: Progress | None = None,
+    ) -> Call[Downloaded]:
+        """All of an exec's stdout (or stderr) that the sandbox keeps, far beyond what an
+        answer carries, streamed into a local path or a file object."""
+        return Call(
+            "GET",
+            exec_path(sandbox_id, exec_id, "output", "raw"),
+            Downloaded.from_received,
+            params={"stream": stream},
+            download=Download(target, progress),
+        )

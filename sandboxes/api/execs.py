@@ -4,9 +4,11 @@ events), wait for it, kill it."""
 from typing import Any
 
 from django.http import HttpRequest, StreamingHttpResponse
+from django.utils.http import content_disposition_header
 from ninja import Query, Router
 from ninja.responses import codes_4xx, codes_5xx
 
+from boxyard.threads import pulled
 from sandboxes import selectors, services
 from sandboxes.api.common import principal, responds
 from sandboxes.api.sse import event_stream
@@ -69,6 +71,34 @@ def exec_output(
     record = selectors.exec_for(who, selectors.sandbox_for(who, sandbox_id), exec_id)
     chunks, record = services.exec_output(record, query.since_seq, query.max_bytes)
     return {"chunks": chunks, **progress_out(record)}
+
+
+@router.get(
+    "/sandboxes/{sandbox_id}/execs/{exec_id}/output/raw",
+    response={200: None, codes_4xx: ErrorOut, codes_5xx: ErrorOut},
+    summary="One stream of an exec's output, all that is kept, as bytes",
+    openapi_extra={
+        "responses": {
+            200: {
+                "description": "The stream's bytes (up to BOXYARD_EXEC_KEEP_BYTES), streamed.",
+                "content": {"application/octet-stream": {"schema": {"type": "string"}}},
+            }
+        }
+    },
+)
+def exec_output_raw(
+    request: HttpRequest, sandbox_id: str, exec_id: str, stream: str = "stdout"
+) -> StreamingHttpResponse:
+    who = principal(request)
+    record = selectors.exec_for(who, selectors.sandbox_for(who, sandbox_id), exec_id)
+    pages = services.exec_output_bytes(record, stream)
+    response = StreamingHttpResponse(
+        pulled(pages, batch=16), content_type="application/octet-stream"
+    )
+    disposition = content_disposition_header(True, f"{record.pk}.{stream}")
+    if disposition:
+        response["Content-Disposition"] = disposition
+    return response
 
 
 @router.get(

@@ -84,6 +84,7 @@ ROUTES: list[Route] = [
     Route("GET", "/sandboxes/{sandbox_id}/execs/{exec_id}"),
     Route("GET", "/sandboxes/{sandbox_id}/execs/{exec_id}/output", query={"since_seq": 0}),
     Route("GET", "/sandboxes/{sandbox_id}/execs/{exec_id}/stream", query={"since_seq": 0}),
+    Route("GET", "/sandboxes/{sandbox_id}/execs/{exec_id}/output/raw", query={"stream": "stdout"}),
     Route("POST", "/sandboxes/{sandbox_id}/execs/{exec_id}/wait", {"timeout_seconds": 0}),
     Route(
         "POST",

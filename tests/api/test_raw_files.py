@@ -333,6 +333,22 @@ def test_the_client_streams_files_and_archives_with_progress(
         with pytest.raises(BadRequest) as refused:
             boxyard.upload_archive(sandbox_id, "copy", b"not an archive", format="tar")
         assert "truncated or not a tar" in str(refused.value)
+        # An exec's output, far beyond what its answer carries, whole.
+        ran = client.post(
+            f"/sandboxes/{sandbox_id}/exec", json={"cmd": "seq 1 1000000; echo done >&2"}
+        ).json()
+        assert ran["stdout_truncated"]
+        whole = io.BytesIO()
+        got_output = boxyard.download_exec_output(sandbox_id, ran["exec_id"], whole)
+        expected = "".join(f"{n}\n" for n in range(1, 1_000_001)).encode()
+        assert got_output.size_bytes == len(expected) and whole.getvalue() == expected
+        errors = io.BytesIO()
+        boxyard.download_exec_output(sandbox_id, ran["exec_id"], errors, stream="stderr")
+        assert errors.getvalue() == b"done\n"
+        wrong = client.get(
+            f"/sandboxes/{sandbox_id}/execs/{ran['exec_id']}/output/raw", params={"stream": "both"}
+        )
+        assert wrong.status_code == 400 and wrong.json()["error"]["field"] == "stream"
         # A link for a chat's user: no token needed, this one file only.
         link = boxyard.create_link(sandbox_id, "models/model.bin", expires_in_seconds=60)
         assert link.url.startswith(server.url + "/links/") and link.method == "GET"

@@ -10,6 +10,7 @@ from sandboxes.services.execs.ending import finish_from_status
 from sandboxes.services.execs.reading import (
     exec_chunks,
     exec_output,
+    exec_output_bytes,
     kill_exec,
     subscribe,
     wait_exec,
@@ -34,6 +35,7 @@ __all__ = [
     "exec_chunks",
     "exec_events",
     "exec_output",
+    "exec_output_bytes",
     "finish_from_status",
     "kill_exec",
     "run_exec",

@@ -2,17 +2,19 @@
 for its end, killing it. While its sandbox runs, the agent knows it; after, its record does."""
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from boxyard.actors import Actor
-from boxyard.errors import BoxyardError, InvalidState, NotFound
+from boxyard.errors import BoxyardError, InvalidInput, InvalidState, NotFound
 from boxyard.threads import release_connection
 from sandboxes.guard import acting_on
 from sandboxes.models import Exec, ExecState, State
 from sandboxes.runtime import answers
 from sandboxes.runtime.agent import AgentChannel, channel
 from sandboxes.services.execs.ending import finish_from_status, forgotten
+
+_PAGE = 1024 * 1024
 
 
 def exec_output(
@@ -41,6 +43,36 @@ def exec_output(
     elif record.state == ExecState.RUNNING and record.background:
         record = forgotten(record)
     return exec_chunks(record, since_seq), record
+
+
+def exec_output_bytes(record: Exec, stream: object = "stdout") -> Iterator[bytes]:
+    """All of one stream of an exec's output that is kept (the agent keeps up to
+    BOXYARD_EXEC_KEEP_BYTES, far beyond what an answer carries), as bytes, a page of about
+    1 MiB at a time; for a running exec, what it has written so far."""
+    if stream not in ("stdout", "stderr"):
+        raise InvalidInput("stream", "must be stdout or stderr")
+    agent = _live_agent(record)
+    if agent is None:
+        stored = record.stdout if stream == "stdout" else record.stderr
+        return iter([stored.encode("utf-8", errors="surrogatepass")] if stored else [])
+    return _pages(agent, record, str(stream))
+
+
+def _pages(agent: AgentChannel, record: Exec, stream: str) -> Iterator[bytes]:
+    since = 0
+    while True:
+        try:
+            answer = agent.call("output", exec=str(record.id), since_seq=since, max_bytes=_PAGE)
+        except NotFound:
+            return  # let go by the agent meanwhile
+        pieces = answer.get("chunks")
+        if not isinstance(pieces, list) or not pieces:
+            return
+        for piece in pieces:
+            if isinstance(piece, dict):
+                since = max(since, answers.count(piece.get("seq")))
+                if (piece.get("stream") == "stderr") == (stream == "stderr"):
+                    yield answers.data(piece.get("data"))
 
 
 def _status(agent: AgentChannel, record: Exec) -> dict[str, Any]:
