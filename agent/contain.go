@@ -14,6 +14,7 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -92,6 +93,9 @@ func asSandbox(tag uint32) *syscall.SysProcAttr {
 // nor the container's init or the engine's bridges, which keep the engine's default.
 const commandOOMScore = 500
 
+// forkPatience is how long a start refused for want of room is tried again.
+const forkPatience = 2 * time.Second
+
 var starting sync.Mutex
 
 // startForSandbox starts a process with the command's score. Go cannot set a child's score
@@ -111,7 +115,16 @@ func startForSandbox(path string, argv []string, attr *os.ProcAttr) (*os.Process
 			}()
 		}
 	}
-	return os.StartProcess(path, argv, attr)
+	// A fork refused for want of room (EAGAIN: the pids limit) is often the moment after a
+	// kill, before the killed are reaped; it is tried again for a little while.
+	deadline := time.Now().Add(forkPatience)
+	for {
+		proc, err := os.StartProcess(path, argv, attr)
+		if err == nil || !errors.Is(err, syscall.EAGAIN) || time.Now().After(deadline) {
+			return proc, err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 func readOOMScore() (int, error) {
