@@ -12,6 +12,10 @@
 //	boxyard-agent archive PATH FORMAT    a directory as tar, tar.gz or zip on stdout (sandbox user)
 //	boxyard-agent extract PATH FORMAT MAX_ENTRIES MAX_BYTES
 //	                                     an archive from stdin into a directory (sandbox user)
+//	boxyard-agent put PATH MODE OVERWRITE SIZE
+//	boxyard-agent get PATH START LENGTH [IDENTITY]
+//	                                     a file from stdin, or to stdout (sandbox user; the
+//	                                     daemon starts them on a connection of its socket)
 //
 // Boxyard starts one bridge per (Boxyard process, sandbox) with the engine's exec and keeps it
 // open, so a command costs a write on an open stream instead of a new exec in the engine.
@@ -33,8 +37,9 @@ import (
 )
 
 // The protocol's version, answered to ping: 2 added fresh runs (outside any session);
-// 3 runs as root over the sandbox user (tags, reset, oom_killed, statfs, terminal.end).
-const version = "3"
+// 3 runs as root over the sandbox user (tags, reset, oom_killed, statfs, terminal.end);
+// 4 moves files over a connection of their own ("file": put and get).
+const version = "4"
 
 var (
 	stateDir   = "/.boxyard-run"
@@ -47,7 +52,7 @@ func main() {
 		socketPath = filepath.Join(stateDir, "agent.sock")
 	}
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: boxyard-agent serve|bridge|terminal|list|archive|extract|version")
+		fmt.Fprintln(os.Stderr, "usage: boxyard-agent serve|bridge|terminal|list|archive|extract|put|get|version")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
@@ -63,6 +68,10 @@ func main() {
 		os.Exit(archive(os.Args[2:]))
 	case "extract":
 		os.Exit(extract(os.Args[2:]))
+	case "put":
+		os.Exit(put(os.Args[2:]))
+	case "get":
+		os.Exit(get(os.Args[2:]))
 	case "version":
 		fmt.Println(version)
 	default:

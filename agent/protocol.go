@@ -9,7 +9,8 @@ package main
 //
 // Ops: ping; session.ensure, session.list, session.delete; run; status; output; wait; kill;
 // stdin; subscribe, unsubscribe; process.start, process.list, process.restart, process.stop;
-// reset; statfs; terminal.end.
+// reset; statfs; terminal.end. A connection whose first request is "file" carries one file
+// and nothing else (files.go, serveFile).
 
 import (
 	"bufio"
@@ -79,21 +80,30 @@ type conn struct {
 }
 
 func (a *Agent) serveConn(sock *net.UnixConn) {
+	reader := bufio.NewReaderSize(sock, 64<<10)
+	line, err := readLine(reader)
+	if err != nil {
+		sock.Close()
+		return
+	}
+	var first request
+	if json.Unmarshal(line, &first) == nil && first.Op == "file" {
+		serveFile(sock, reader, &first) // the connection is the file's alone
+		return
+	}
 	c := &conn{agent: a, sock: sock, outbox: make(chan []byte, outboxLength), done: make(chan struct{})}
 	go c.writeLoop()
 	defer c.close()
-	reader := bufio.NewReaderSize(sock, 64<<10)
 	for {
-		line, err := readLine(reader)
-		if err != nil {
-			return
-		}
 		var req request
 		if err := json.Unmarshal(line, &req); err != nil {
 			c.send(reply{"id": 0, "ok": false, "code": "bad_request", "error": "not a JSON request: " + err.Error()})
-			continue
+		} else {
+			a.dispatch(c, &req)
 		}
-		a.dispatch(c, &req)
+		if line, err = readLine(reader); err != nil {
+			return
+		}
 	}
 }
 

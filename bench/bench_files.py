@@ -5,8 +5,11 @@ For 64 MiB and 1 GiB, each round (in a new random order) writes and reads the sa
 - `api put` / `api get`: `PUT` and `GET /api/v1/sandboxes/{id}/files/raw` on a served Boxyard
   (uvicorn, `config.serving`), streamed by httpx from and to memory, a MiB at a time;
 - `raw put` / `raw get`: docker-py `put_archive` (a tar made as it is sent) and `get_archive`
-  into and from the very same sandbox container, so both land on the same workspace disk.
+  into and from the very same sandbox container, so both land on the same workspace disk;
+- `link get` (64 MiB only): the file `api put` wrote, downloaded with no token through a
+  signed link (`POST /files/links`), as a chat user's browser would.
 
+First, 1 KiB files each way (what a transfer costs before its bytes do), in milliseconds.
 It prints MiB/s per variant (median of the rounds) and the ratio Boxyard / raw each way, then
 the server's RSS: before, its peak during the 1 GiB transfers (sampled every 20 ms), right
 after, and 60 s after. Targets (from the issue) are printed as PASS or FAIL lines; they never
@@ -58,6 +61,25 @@ def tar_of(name: str, size: int, user: str) -> Iterator[bytes]:
     yield b"\0" * (padding + 1024)
 
 
+def small_files(
+    variants: dict[str, Callable[[int], None]], rounds: int, rng: random.Random
+) -> dict[str, float]:
+    """Median milliseconds of a 1 KiB write and read each way, in a new order every round:
+    what a file costs before its bytes do."""
+    times: dict[str, list[float]] = {
+        name: [] for name in ("api put", "api get", "raw put", "raw get")
+    }
+    for _ in range(rounds):
+        pairs = [("api put", "api get"), ("raw put", "raw get")]
+        rng.shuffle(pairs)
+        for pair in pairs:
+            for name in pair:
+                started = time.perf_counter()
+                variants[name](1024)
+                times[name].append((time.perf_counter() - started) * 1000)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
 class RssSampler:
     """The server process's resident set, sampled from /proc every 20 ms while running."""
 
@@ -94,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="rounds of 64 MiB")
     parser.add_argument("--big-rounds", type=int, default=2, help="rounds of 1 GiB")
     parser.add_argument("--settle", type=float, default=60.0, help="seconds before the last RSS")
+    parser.add_argument("--small-rounds", type=int, default=30, help="rounds of 1 KiB")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
 
@@ -147,6 +170,20 @@ def main(argv: list[str] | None = None) -> int:
                 if got != size:
                     raise RuntimeError(f"GET gave {got} bytes of {size}")
 
+            def link_get(size: int) -> None:
+                made = client.post(
+                    f"/api/v1/sandboxes/{sandbox_id}/files/links",
+                    json={"path": "api.bin", "method": "GET", "expires_in_seconds": 600},
+                )
+                if made.status_code != 201:
+                    raise RuntimeError(f"the link: {made.status_code} {made.text}")
+                got = 0
+                with httpx.stream("GET", made.json()["url"], timeout=600) as response:
+                    for piece in response.iter_raw(MIB):
+                        got += len(piece)
+                if got != size:
+                    raise RuntimeError(f"the link gave {got} bytes of {size}")
+
             def raw_put(size: int) -> None:
                 if not container.put_archive("/workspace", tar_of("raw.bin", size, user)):
                     raise RuntimeError("put_archive failed")
@@ -162,19 +199,25 @@ def main(argv: list[str] | None = None) -> int:
                 "raw put": raw_put,
                 "api get": api_get,
                 "raw get": raw_get,
+                "link get": link_get,
             }
             rng = random.Random(args.seed)
+            latency = small_files(variants, args.small_rounds, rng)
             rss = RssSampler(server.process.pid)
             rss_before = rss.now()
             results: dict[int, dict[str, float]] = {}
             for size, rounds in ((64 * MIB, args.rounds), (1024 * MIB, args.big_rounds)):
-                speeds: dict[str, list[float]] = {name: [] for name in variants}
-                sampler = rss if size > 64 * MIB else None
+                big = size > 64 * MIB
+                speeds: dict[str, list[float]] = {
+                    name: [] for name in variants if not (big and name == "link get")
+                }
+                sampler = rss if big else None
                 if sampler is not None:
                     sampler.__enter__()
                 for _ in range(rounds):
                     # Each pair writes before it reads; the pairs' order changes every round.
-                    pairs = [("api put", "api get"), ("raw put", "raw get")]
+                    api = ("api put", "api get") if big else ("api put", "api get", "link get")
+                    pairs = [api, ("raw put", "raw get")]
                     rng.shuffle(pairs)
                     for pair in pairs:
                         # Each write makes a new file (the workspace holds two of 1 GiB).
@@ -193,6 +236,10 @@ def main(argv: list[str] | None = None) -> int:
             rss_settled = rss.now()
             client.delete(f"/api/v1/sandboxes/{sandbox_id}", params={"delete_workspace": "true"})
 
+    print(f"\n1 KiB files, median of {args.small_rounds} (ms):")
+    for way in ("put", "get"):
+        raw_ms, api_ms = latency[f"raw {way}"], latency[f"api {way}"]
+        print(f"  {way}: api {api_ms:.1f}, raw {raw_ms:.1f} ({raw_ms / api_ms:.2f}x as fast)")
     print()
     print(f"{'size':>8} {'variant':<8} {'MiB/s':>8}   ratio (Boxyard / raw)")
     for size, medians in results.items():
@@ -201,6 +248,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{size // MIB:>5} MiB {'raw ' + way:<8} {medians['raw ' + way]:>8.0f}")
             print(
                 f"{size // MIB:>5} MiB {'api ' + way:<8} {medians['api ' + way]:>8.0f}   {ratio:.2f}x"
+            )
+        if "link get" in medians:
+            ratio = medians["link get"] / medians["raw get"]
+            print(
+                f"{size // MIB:>5} MiB {'link get':<8} {medians['link get']:>8.0f}   {ratio:.2f}x"
             )
     mb = 1 / MIB
     print(
@@ -216,6 +268,9 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"{verdict}: {size // MIB} MiB {way} at {ratio:.2f}x the raw throughput (>= 0.8x)"
             )
+    link = results[64 * MIB]["link get"] / results[64 * MIB]["raw get"]
+    verdict = "PASS" if link >= 0.8 else "FAIL"
+    print(f"{verdict}: 64 MiB through a signed link at {link:.2f}x the raw throughput (>= 0.8x)")
     grown = (rss.peak - rss_before) * mb
     print(f"{'PASS' if grown <= 64 else 'FAIL'}: RSS grew {grown:.0f} MiB during 1 GiB (<= 64)")
     back = (rss_settled - rss_before) * mb

@@ -6,13 +6,17 @@ each full collection: 100 to 300 ms on a 2-core machine, during which no request
 and no dashboard hears of a change. Frozen, those objects are left out of every collection
 (`gc.freeze`), and full collections only walk what was made since.
 
-Large transfers (an exec's flood of output, a 16 MiB file) pass through the process in
-buffers of megabytes. Freed, that memory would stay with the process under glibc's defaults:
-each of the hundreds of request threads may get an arena of its own (up to eight per core),
-and after a large block is freed glibc raises the size from which it maps blocks on their
-own (up to 32 MiB), so later large buffers are carved from arenas that fragment and are
-rarely returned. `limit_malloc` caps the arenas (the interpreter's lock serialises most
-allocation anyway) and pins that size, so a large buffer is unmapped when freed;
+Large transfers (an exec's flood of output, a file of gigabytes) pass through the process in
+pieces of up to a few hundred KiB. Freed, that memory would stay with the process under
+glibc's defaults: each of the hundreds of request threads may get an arena of its own (up
+to eight per core), and after a large block is freed glibc raises the size from which it
+maps blocks on their own (up to 32 MiB), so later large buffers are carved from arenas that
+fragment and are rarely returned. `limit_malloc` caps the arenas (the interpreter's lock
+serialises most allocation anyway) and pins that size at 1 MiB, so a buffer of megabytes is
+unmapped when freed, while a transfer's pieces are carved from the arenas and their memory
+reused piece after piece (mapped on their own, every piece would cost a fresh mapping
+faulted in page by page: a third of the server's time in an upload); a few MiB of free
+memory may stay at the top of an arena for the next piece before it is given back;
 `start_trimming` watches the resident size and, when it has grown, collects the garbage a
 burst left in reference cycles and hands freed pages back (`malloc_trim`). Both do nothing
 where the C library is not glibc; glibc's own `MALLOC_*` environment variables, when set,
@@ -36,15 +40,16 @@ _M_ARENA_MAX = -8
 # Arenas for all threads: allocation mostly happens under the interpreter's lock, so more
 # arenas buy little speed and each keeps its own free memory.
 ARENA_MAX = 2
-# Blocks from this size up are mapped on their own and unmapped when freed (glibc's initial
-# value, kept fixed instead of rising after each large free).
-MMAP_THRESHOLD = 128 * 1024
-# Free memory at the top of an arena beyond this goes back to the system at once.
-TRIM_THRESHOLD = 1024 * 1024
+# Blocks from this size up are mapped on their own and unmapped when freed (kept fixed
+# instead of rising after each large free). A transfer's pieces are smaller.
+MMAP_THRESHOLD = 1024 * 1024
+# Free memory at the top of an arena beyond this goes back to the system at once: room for
+# the pieces of the transfers under way, so that each is not given back and faulted in again.
+TRIM_THRESHOLD = 8 * 1024 * 1024
 # The resident size is looked at this often; more than TRIM_AFTER_GROWTH above the lowest
 # seen, the garbage is collected and free pages are handed back (see `watch`).
 TRIM_EVERY_SECONDS = 5.0
-TRIM_AFTER_GROWTH = 32 * 1024 * 1024
+TRIM_AFTER_GROWTH = 16 * 1024 * 1024
 MAX_SKIPPED_TURNS = 5
 
 _POLICY = (

@@ -7,7 +7,7 @@ still sending. A task on the event loop takes the server's messages and hands th
 view's thread in parts of about 1 MiB (lists of the server's pieces, never joined: a large
 block is a fresh mapping of memory, page by page), at most a few parts ahead; while the view has not taken them it stops asking,
 and the server stops reading the socket. An upload holds a few MiB of the server's memory and
-none of its disk, however large it is.
+none of its disk, however large it is. Such an upload says its size first: `content_length`.
 """
 
 import asyncio
@@ -18,13 +18,18 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
 from django.core.exceptions import RequestAborted
+from django.http import HttpRequest
+
+from boxyard.errors import InvalidInput, LengthRequired
 
 Receive = Callable[[], Awaitable[Mapping[str, Any]]]
 
-# (method, path) of the routes whose view reads its body as a stream.
+# (method, path) of the routes whose view reads its body as a stream: the bot API's uploads,
+# an upload link's, and the dashboard's file browser's.
 STREAMED = (
     ("PUT", re.compile(r"/api/v1/sandboxes/[^/]+/files/(?:raw|archive)")),
     ("PUT", re.compile(r"/links/[^/]+")),
+    ("PUT", re.compile(r"/sandboxes/[^/]+/files/upload")),
 )
 
 PART_BYTES = 1024 * 1024
@@ -51,6 +56,17 @@ def pieces(request: Any, size: int = PART_BYTES) -> Iterator[bytes]:
         return
     while part := request.read(size):
         yield part
+
+
+def content_length(request: HttpRequest) -> int:
+    """The upload's size, which it must say first: a write is refused before its first byte
+    when it cannot fit, and an upload that ends short is told from a complete one."""
+    text = request.headers.get("Content-Length")
+    if text is None:
+        raise LengthRequired("send the file's size as Content-Length (a chunked body is refused)")
+    if not text.isdigit():
+        raise InvalidInput("Content-Length", f"{text[:40]!r} is not a size in bytes")
+    return int(text)
 
 
 class StreamedBody:

@@ -29,6 +29,11 @@ from config.bodies import SCOPE_KEY, StreamedBody, streams
 class PooledASGIHandler(ASGIHandler):
     """Django's ASGI handler with a synchronous middleware chain run in the request pool."""
 
+    # Django cuts each piece of a response into slices of this size, each a copy: a file's
+    # pieces (up to 256 KiB) are sent as they come. (Also the block a FileResponse reads:
+    # below the size from which a block is a mapping of its own, `boxyard.heap`.)
+    chunk_size = 512 * 1024
+
     def __init__(self) -> None:
         super().__init__()
         start_request_threads()

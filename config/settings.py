@@ -315,6 +315,9 @@ BOXYARD_AGENT_BINARY = env_str(
     "BOXYARD_AGENT_BINARY", str(BASE_DIR / "var" / "agent" / "boxyard-agent")
 )
 # Output an agent keeps per exec (beyond what an exec's answer carries), for later reads.
+# Files go to and from a sandbox's agent over its own socket where this process can reach it
+# (the engine on this machine, Boxyard as root); off, or elsewhere, through the engine's execs.
+BOXYARD_AGENT_DIRECT = env_bool("BOXYARD_AGENT_DIRECT", True)
 BOXYARD_EXEC_KEEP_BYTES = env_int("BOXYARD_EXEC_KEEP_BYTES", 16 * 1024 * 1024, minimum=1024)
 # The bearer token a Prometheus scraper sends to /metrics (admins' sessions work too).
 BOXYARD_METRICS_TOKEN = env_str("BOXYARD_METRICS_TOKEN", "")

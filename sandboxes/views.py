@@ -12,13 +12,20 @@ from uuid import UUID
 
 from django.conf import settings
 from django.contrib import messages
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.shortcuts import redirect, render
+from django.template.defaultfilters import filesizeformat
 from django.utils.translation import gettext as _
-from django.views.decorators.http import require_GET, require_POST, require_safe
+from django.views.decorators.http import (
+    require_GET,
+    require_http_methods,
+    require_POST,
+    require_safe,
+)
 
 from boxyard.errors import BoxyardError, NotFound, problem
 from boxyard.web import admin_actor, parse_int, staff_required
+from config.bodies import content_length, pieces
 from pipelines.models import Pipeline
 from sandboxes import dashboard, metrics, selectors, services
 from sandboxes.charts import fleet_charts
@@ -221,29 +228,42 @@ def archive(request: HttpRequest, sandbox_id: UUID) -> HttpResponseBase:
 
 
 @staff_required
-@require_POST
+@require_http_methods(["PUT"])
 def upload(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
-    """Write an uploaded file into the directory shown, as the admin (who must hold the lease:
-    the bot's lease refuses it, as it refuses any other writer)."""
+    """Write the request's body to `path` as it arrives (the page's script sends the file
+    itself, so a file of any size the workspace holds goes through a few MiB of memory), as
+    the admin, who must hold the lease: the bot's lease refuses it, as it refuses any other
+    writer. The script shows the JSON answer: 201 with what was written, or the error's
+    status and message."""
     sandbox = _sandbox(request, sandbox_id)
-    upload_file = request.FILES.get("file")
-    if upload_file is None or not upload_file.name:  # (Django keeps no file without a name)
-        messages.error(request, _("Choose a file to upload."))
-        return redirect("sandbox", sandbox_id=sandbox.pk)
     actor = admin_actor(request)
     try:
-        directory = services.workspace_path(request.POST.get("path") or "/workspace")
-        services.write_file(
+        written = services.write_file(
             sandbox,
-            posixpath.join(directory, posixpath.basename(upload_file.name)),
-            b"".join(upload_file.chunks()),
+            request.GET.get("path") or "",
+            pieces(request),
             actor,
+            size=content_length(request),
+            overwrite=True,
             holder=str(actor),
         )
-        messages.success(request, _("%(name)s uploaded.") % {"name": upload_file.name})
     except BoxyardError as error:
-        messages.error(request, error.message)
-    return redirect("sandbox", sandbox_id=sandbox.pk)
+        answer = problem(error)
+        return JsonResponse(answer.body, status=answer.status, headers=answer.headers)
+    message = _("%(path)s uploaded (%(size)s).") % {
+        "path": written.path,
+        "size": filesizeformat(written.size_bytes),
+    }
+    return JsonResponse(
+        {
+            "ok": True,
+            "path": written.path,
+            "size_bytes": written.size_bytes,
+            "sha256": written.sha256,
+            "message": message,
+        },
+        status=201,
+    )
 
 
 @staff_required

@@ -140,6 +140,9 @@ class FakeRuntime:
     def attach(self, container: str, argv: list[str]) -> object:
         raise NotImplementedError("the fake runtime has no agent")
 
+    def agent_socket(self, container: str) -> None:
+        return None  # no agent here: file operations take the engine's execs
+
     def ensure_agent(self, image: str, binary: bytes, digest: str) -> str:
         return f"fake-agent-{digest[:16]}"
 

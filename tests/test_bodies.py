@@ -19,6 +19,12 @@ def test_only_the_upload_routes_stream_their_body() -> None:
     assert streams(upload)
     assert streams({**upload, "path": "/api/v1/sandboxes/abc/files/archive"})
     assert streams({**upload, "path": "/links/a-signed-token"})
+    dashboard = {
+        "method": "PUT",
+        "path": "/sandboxes/0b7e4c1a-5d6f-4e3b-9a2c-1f0e8d7c6b5a/files/upload",
+    }
+    assert streams(dashboard)
+    assert not streams({**dashboard, "method": "POST"})
     assert not streams({**upload, "method": "GET"})
     assert not streams({**upload, "path": "/api/v1/sandboxes/abc/files"})
     assert not streams({**upload, "path": "/api/v1/sandboxes/abc/files/raw/more"})

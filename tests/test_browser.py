@@ -2,12 +2,14 @@
 server (`manage.py serve`, as `bin/run` starts it) and the real engine, with a bot calling the
 API on the side: log in, make a pipeline with a custom scope and see its preview, watch the
 bot's sandbox appear in the fleet without a reload, take it over and see the bot refused, type
-in its terminal, upload and download a file, release it and see the bot carry on.
+in its terminal, upload and download a file, release it and see the bot carry on. And a 1 GiB
+file uploaded from the browser, its progress shown as it goes, whole in the sandbox.
 
 Screenshots of the main pages go to $BOXYARD_SCREENSHOTS when it is set (the README's come
 from `BOXYARD_SCREENSHOTS=docs/screenshots bin/test tests/test_browser.py`).
 """
 
+import hashlib
 import os
 import shutil
 import time
@@ -19,6 +21,10 @@ import httpx
 import pytest
 from django.conf import settings
 
+from pipelines.models import PipelineToken
+from sandboxes import services
+from sandboxes.services import Actor
+from tests.conftest import CHAT
 from tests.servers import Server, served
 
 pytestmark = [
@@ -153,9 +159,12 @@ def test_an_admin_steps_in_and_hands_back(alice, server, browser, tmp_path) -> N
     upload = tmp_path / "notes.txt"
     upload.write_text("uploaded by alice\n")
     page.wait_for_selector("[data-testid=upload]")
+    page.click("button:has-text('Upload')")  # no file chosen yet: it says so, sends nothing
+    page.wait_for_selector("[data-testid=upload-error]:has-text('Choose a file')")
     page.set_input_files("[data-testid=upload]", str(upload))
     page.click("button:has-text('Upload')")
-    page.wait_for_selector("a:has-text('notes.txt')")
+    page.wait_for_selector("[data-testid=upload-done]:has-text('/workspace/notes.txt uploaded')")
+    page.wait_for_selector("#files-view a:has-text('notes.txt')")
     with page.expect_download() as downloading:
         page.locator("tr:has-text('notes.txt') a:has-text('Download')").click()
     assert Path(downloading.value.path()).read_text() == "uploaded by alice\n"
@@ -180,4 +189,97 @@ def test_an_admin_steps_in_and_hands_back(alice, server, browser, tmp_path) -> N
     page.goto(f"{server.url}/sessions/?q=alice")
     page.wait_for_selector("a:has-text('group_42_alice')")
     shoot(page, "sessions")
+    bot.close()
+
+
+GIB = 1024 * 1024 * 1024
+# Where the 1 GiB file is not zero: its first bytes, one past the middle, its last bytes.
+MARKS = {0: b"first bytes", GIB // 2 + 3: b"the middle", GIB - 10: b"last bytes"}
+
+
+@pytest.fixture
+def roomy(alice: Any, server: Server, make_pipeline: Any) -> tuple[str, str]:
+    """A chat's sandbox with room for 1 GiB (its pipeline's workspace holds 2 GiB) and its bot's
+    token; made, like alice, before the browser starts."""
+    pipeline = make_pipeline(slug="roomy", workspace_mb=2048)
+    _, token = PipelineToken.issue(pipeline, name="bot")
+    sandbox = services.open_sandbox(pipeline, CHAT, Actor("bot", "roomy")).sandbox
+    return str(sandbox.pk), token
+
+
+def watch_progress(page: Any) -> None:
+    """Keep every value the page's progress bar takes, as its script sets it, in
+    `window.progressSeen`."""
+    page.evaluate(
+        """() => {
+            window.progressSeen = [];
+            new MutationObserver(() => {
+                const bar = document.querySelector("[data-testid=upload-progress]");
+                if (bar) window.progressSeen.push([bar.value, bar.max]);
+            }).observe(document.body, {
+                subtree: true, attributes: true, attributeFilter: ["value"],
+            });
+        }"""
+    )
+
+
+def test_a_1_gib_file_uploads_from_the_browser_with_its_progress(
+    roomy: tuple[str, str], server: Server, browser: Any, tmp_path: Path
+) -> None:
+    sandbox_id, token = roomy
+    big = tmp_path / "big.bin"
+    with big.open("wb") as out:  # sparse: the disk holds only the marks
+        os.truncate(out.fileno(), GIB)
+        for offset, mark in MARKS.items():
+            out.seek(offset)
+            out.write(mark)
+    hashed = hashlib.sha256()
+    with big.open("rb") as source:
+        while piece := source.read(8 * 1024 * 1024):
+            hashed.update(piece)
+
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.set_default_timeout(20_000)
+    log_in(page, server.url)
+    page.goto(f"{server.url}/sandboxes/{sandbox_id}/")
+    page.wait_for_selector("[data-testid=upload]")
+
+    # The bot holds the lease: the server's refusal is shown, and the button works again.
+    page.set_input_files("[data-testid=upload]", str(big))
+    page.click("[data-testid=upload-button]")
+    page.wait_for_selector("[data-testid=upload-error]:has-text('leased to group_123456')")
+    assert page.is_enabled("[data-testid=upload-button]")
+    assert page.is_hidden("[data-testid=upload-progress]")  # nothing was written
+
+    page.click("button:has-text('Take over')")
+    page.wait_for_selector("[data-testid=lease]:has-text('admin:alice')")
+    page.wait_for_selector("[data-testid=upload]")
+    watch_progress(page)
+    page.set_input_files("[data-testid=upload]", str(big))
+    started = time.monotonic()
+    page.click("[data-testid=upload-button]")
+    page.wait_for_selector("[data-testid=upload-button]:disabled")  # one upload at a time
+    page.wait_for_selector(
+        "[data-testid=upload-done]:has-text('/workspace/big.bin uploaded')", timeout=120_000
+    )
+    took = time.monotonic() - started
+    page.wait_for_selector("#files-view a:has-text('big.bin')")
+    seen = page.evaluate("() => window.progressSeen")  # [value, max] as it went
+    assert any(0 < value < GIB and total == GIB for value, total in seen), seen[:20]
+    assert [GIB, GIB] in seen, seen[-5:]
+    assert took < 60, took
+
+    # The sandbox has the whole file, byte for byte (a bot may read while the admin holds it).
+    bot = httpx.Client(
+        base_url=f"{server.url}/api/v1", headers={"Authorization": f"Bearer {token}"}, timeout=120
+    )
+    received = hashlib.sha256()
+    with bot.stream(
+        "GET", f"/sandboxes/{sandbox_id}/files/raw", params={"path": "big.bin"}
+    ) as response:
+        assert response.status_code == 200
+        assert response.headers["Content-Length"] == str(GIB)
+        for piece in response.iter_bytes():
+            received.update(piece)
+    assert received.hexdigest() == hashed.hexdigest()
     bot.close()

@@ -10,10 +10,9 @@ from ninja import Router
 from ninja.responses import Status, codes_4xx, codes_5xx
 
 from boxyard.errors import BoxyardError, InvalidInput, problem
-from config.bodies import pieces
+from config.bodies import content_length, pieces
 from sandboxes import selectors, services
 from sandboxes.api.common import principal
-from sandboxes.api.raw import content_length
 from sandboxes.downloads import file_response
 from sandboxes.schemas import ErrorOut
 from sandboxes.schemas.files import LinkIn, LinkOut

@@ -8,8 +8,7 @@ from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
 from ninja import Query, Router
 from ninja.responses import Status, codes_4xx, codes_5xx
 
-from boxyard.errors import InvalidInput, LengthRequired
-from config.bodies import pieces
+from config.bodies import content_length, pieces
 from sandboxes import selectors, services
 from sandboxes.api.common import principal
 from sandboxes.downloads import archive_response, file_response
@@ -138,14 +137,3 @@ def put_archive(
             "size_bytes": extracted.size_bytes,
         },
     )
-
-
-def content_length(request: HttpRequest) -> int:
-    """The upload's size, which it must say first: a write is refused before its first byte
-    when it cannot fit, and an upload that ends short is told from a complete one."""
-    text = request.headers.get("Content-Length")
-    if text is None:
-        raise LengthRequired("send the file's size as Content-Length (a chunked body is refused)")
-    if not text.isdigit():
-        raise InvalidInput("Content-Length", f"{text[:40]!r} is not a size in bytes")
-    return int(text)

@@ -12,6 +12,7 @@ Conventions every implementation keeps:
   `boxyard.errors`.
 """
 
+import socket
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -238,6 +239,12 @@ class Runtime(Protocol):
         ...
 
     # the agent
+    def agent_socket(self, container: str) -> "socket.socket | None":
+        """A new connection to the agent's own socket in the container, where this process can
+        reach it without the engine (the engine on this machine, this process allowed into the
+        container's file system); None where it cannot, and the engine's execs serve."""
+        ...
+
     def ensure_agent(self, image: str, binary: bytes, digest: str) -> str:
         """The name of a volume holding the agent binary (made once per engine and digest);
         `image` is any image the engine has, used only to reach the volume."""

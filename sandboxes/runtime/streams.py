@@ -131,21 +131,11 @@ _STDIN_BATCH = 1024 * 1024
 
 
 def feed_stdin(sock: socket.socket, chunks: Iterable[bytes]) -> threading.Thread:
-    """Write stdin from a thread, so a command that talks back while reading never deadlocks.
-    Pieces are gathered into batches written with one `sendmsg` each, never joined."""
+    """Write stdin from a thread, so a command that talks back while reading never deadlocks."""
 
     def feed() -> None:
         try:
-            batch: list[bytes] = []
-            size = 0
-            for chunk in chunks:
-                if chunk:
-                    batch.append(chunk)
-                    size += len(chunk)
-                if size >= _STDIN_BATCH or len(batch) >= _MAX_PIECES:
-                    _send_pieces(sock, batch)
-                    batch, size = [], 0
-            _send_pieces(sock, batch)
+            send_all(sock, chunks)
         except OSError:
             pass  # the command stopped reading (it failed or exited); its output says why
         except Exception:  # the source failed (a client that went away):
@@ -161,10 +151,25 @@ def feed_stdin(sock: socket.socket, chunks: Iterable[bytes]) -> threading.Thread
     return thread
 
 
+def send_all(sock: socket.socket, chunks: Iterable[bytes]) -> None:
+    """Send every piece, gathered into batches written with one `sendmsg` each, never
+    joined."""
+    batch: list[bytes] = []
+    size = 0
+    for chunk in chunks:
+        if chunk:
+            batch.append(chunk)
+            size += len(chunk)
+        if size >= _STDIN_BATCH or len(batch) >= _MAX_PIECES:
+            send_pieces(sock, batch)
+            batch, size = [], 0
+    send_pieces(sock, batch)
+
+
 _MAX_PIECES = 256  # well under the kernel's IOV_MAX (1024)
 
 
-def _send_pieces(sock: socket.socket, pieces: list[bytes]) -> None:
+def send_pieces(sock: socket.socket, pieces: list[bytes]) -> None:
     sendmsg = getattr(sock, "sendmsg", None)
     if sendmsg is None:  # an engine over SSH: a channel, which has no sendmsg
         sock.sendall(b"".join(pieces))

@@ -1,8 +1,8 @@
 // Boxyard's own script: live countdowns for deadlines (lease, idle, time to live), and what
 // the templates ask for with data attributes, since the Content-Security-Policy allows no
 // inline handler: `data-confirm` on a form asks before it is sent, `data-autosubmit` on a
-// field sends its form when it changes. The page's live parts arrive through htmx and its
-// websocket extension.
+// field sends its form when it changes, `data-upload` on a form sends its file with a progress
+// bar. The page's live parts arrive through htmx and its websocket extension.
 (function () {
   "use strict";
 
@@ -31,6 +31,108 @@
     var field = event.target;
     if (!field.hasAttribute || !field.hasAttribute("data-autosubmit") || !field.form) return;
     if (field.form.requestSubmit) field.form.requestSubmit(); else field.form.submit();
+  });
+
+  // `data-upload`: the chosen file is the body of a PUT to the form's action, `?path=` the
+  // directory shown and the file's name. The browser reads a File from disk as it sends it, so
+  // a file of any size goes through and never sits in the page's memory (a multipart form
+  // would be read whole by the server before its view ran). Every word shown comes from the
+  // form's data attributes, translated by the server.
+  function csrfToken() {
+    // The one the page gives htmx for every request it makes.
+    try {
+      return JSON.parse(document.body.getAttribute("hx-headers") || "{}")["X-CSRFToken"] || "";
+    } catch (error) {
+      return "";
+    }
+  }
+
+  function say(form, done, failed) {
+    form.querySelector("[data-upload-done]").textContent = done || "";
+    form.querySelector("[data-upload-error]").textContent = failed || "";
+    // A failed upload wrote nothing; its bar, which counts what the browser sent (all of it,
+    // by the browser's count, once a refusal has come), would say otherwise.
+    if (failed) form.querySelector("[data-upload-progress]").hidden = true;
+  }
+
+  function showProgress(form, sent, total) {
+    var lang = document.documentElement.lang || undefined;
+    var bar = form.querySelector("progress");
+    bar.max = Math.max(total, 1);
+    bar.value = total ? sent : 1;
+    // Whole percents, rounded down: 100% is only said once every byte has gone.
+    var share = total ? Math.floor((sent / total) * 100) / 100 : 1;
+    form.querySelector("[data-upload-sent]").textContent = form.getAttribute("data-progress")
+      .replace("{percent}", new Intl.NumberFormat(lang, { style: "percent" }).format(share))
+      .replace("{sent}", sent.toLocaleString(lang))
+      .replace("{total}", total.toLocaleString(lang));
+    form.querySelector("[data-upload-progress]").hidden = false;
+  }
+
+  function answerOf(xhr) {
+    try {
+      return JSON.parse(xhr.responseText);
+    } catch (error) {
+      return null; // not ours: a login page, a proxy's error page
+    }
+  }
+
+  function uploaded(form, message) {
+    // The directory again, with the new file in it; the outcome stays said in the new form.
+    var refreshed = window.htmx && htmx.ajax("GET", form.getAttribute("data-refresh"),
+      { target: "#files-view", swap: "outerHTML" });
+    if (!refreshed) {
+      say(form, message, "");
+      return;
+    }
+    var said = function () {
+      say(document.querySelector("#files-view form[data-upload]") || form, message, "");
+    };
+    refreshed.then(said, said);
+  }
+
+  function upload(form) {
+    var input = form.querySelector("input[type=file]");
+    var button = form.querySelector("button[type=submit]");
+    var file = input.files && input.files[0];
+    say(form, "", "");
+    if (!file) {
+      say(form, "", form.getAttribute("data-choose"));
+      return;
+    }
+    var directory = form.getAttribute("data-directory").replace(/\/+$/, "");
+    var xhr = new XMLHttpRequest();
+    xhr.open("PUT", form.action + "?path=" + encodeURIComponent(directory + "/" + file.name));
+    xhr.setRequestHeader("Content-Type", "application/octet-stream");
+    xhr.setRequestHeader("X-CSRFToken", csrfToken());
+    xhr.upload.addEventListener("progress", function (event) {
+      if (event.lengthComputable) showProgress(form, event.loaded, event.total);
+    });
+    xhr.addEventListener("load", function () {
+      var answer = answerOf(xhr);
+      button.disabled = false;
+      if (xhr.status === 201 && answer && answer.ok) {
+        showProgress(form, file.size, file.size);
+        uploaded(form, answer.message);
+        return;
+      }
+      var message = answer && answer.error && answer.error.message;
+      say(form, "", message || form.getAttribute("data-failed").replace("{status}", xhr.status));
+    });
+    xhr.addEventListener("error", function () {
+      button.disabled = false;
+      say(form, "", form.getAttribute("data-lost"));
+    });
+    button.disabled = true;
+    showProgress(form, 0, file.size);
+    xhr.send(file);
+  }
+
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    if (!form.hasAttribute || !form.hasAttribute("data-upload")) return;
+    event.preventDefault();
+    upload(form);
   });
 
   setInterval(tick, 1000);

@@ -5,7 +5,7 @@ bytes with its terminating NUL) is bad input: every file call answers 400 naming
 before anything runs in the sandbox, instead of the sandbox's "File name too long" coming
 back as a 502. A name of exactly 255 bytes still works, so the limit is the kernel's and no
 tighter. The dashboard's file view and download answer a path outside /workspace with the
-page and its error, never a 500.
+page and its error, its upload with a 400 naming the path; never a 500.
 """
 
 import posixpath
@@ -201,19 +201,29 @@ def test_the_dashboards_download_shows_the_error_for_a_path_outside(
 
 
 @pytest.mark.django_db
-def test_the_dashboards_upload_into_a_directory_outside_is_refused_with_a_message(
+def test_the_dashboards_upload_to_a_path_outside_is_refused_naming_it(
     admin: Client, pipeline: Any, fake_runtime: Any, bot: Any, _hosts: None
 ) -> None:
-    from django.core.files.uploadedfile import SimpleUploadedFile
-
     sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
-    sent = admin.post(
-        f"/sandboxes/{sandbox.pk}/files/upload",
-        {"path": "/etc", "file": SimpleUploadedFile("x.txt", b"x")},
-        follow=True,
-    )
-    assert sent.status_code == 200
-    assert "outside /workspace" in sent.content.decode()
+    engine_calls = len(fake_runtime.execs)
+
+    def upload(path: str) -> Any:
+        return admin.put(
+            f"/sandboxes/{sandbox.pk}/files/upload?{urlencode({'path': path})}",
+            b"x",
+            content_type="application/octet-stream",
+        )
+
+    etc = upload("/etc/passwd")
+    assert etc.status_code == 400
+    assert etc.json()["error"]["message"] == "path: '/etc/passwd' is outside /workspace"
+    for path in [*OUTSIDE, "/workspace"]:
+        with pytest.raises(InvalidInput) as refused:
+            services.write_file(sandbox, path, b"x", bot)
+        sent = upload(path)
+        assert sent.status_code == 400, (path, sent.status_code)
+        assert sent.json()["error"] == refused.value.as_dict(), path
+    assert len(fake_runtime.execs) == engine_calls  # refused before anything ran
 
 
 def test_an_unknown_sandbox_is_still_404(admin: Client, db: None, _hosts: None) -> None:

@@ -38,6 +38,7 @@ from sandboxes.runtime import (
     labels_for,
 )
 from sandboxes.runtime.docker.common import container_info, translate
+from sandboxes.runtime.docker.direct import DirectMixin
 from sandboxes.runtime.docker.disks import LABEL_DISK, WorkspaceDisks
 from sandboxes.runtime.docker.events import EventsMixin
 from sandboxes.runtime.docker.execs import ExecsMixin
@@ -72,8 +73,9 @@ def cpu_limit(cpus: float) -> CPULimit:
     return {"cpu_period": period, "cpu_quota": round(cpus * period), "cpu_shares": CPU_SHARES}
 
 
-class DockerRuntime(ExecsMixin, EventsMixin):
+class DockerRuntime(ExecsMixin, EventsMixin, DirectMixin):
     def __init__(self, base_url: str | None = None, pool_size: int = 64) -> None:
+        super().__init__()
         self._base_url = base_url
         self._pool_size = pool_size
         self._client: docker.APIClient | None = None

@@ -1,10 +1,14 @@
 """A file operation runs inside the sandbox as the sandbox user (a short POSIX script of
-`sandboxes.scripts`, or the agent's own listing), never through the engine's archive API nor
+`sandboxes.scripts`, or the agent's own programs), never through the engine's archive API nor
 on the host; its exit code is its verdict, which `verdict` turns into the error it stands
-for."""
+for. A file's bytes take the agent's own socket where this process can reach it (`direct`),
+and an engine exec otherwise."""
 
 import hashlib
+import socket
 from collections.abc import Iterable, Iterator
+
+from django.conf import settings
 
 from boxyard.actors import Actor
 from boxyard.errors import (
@@ -74,6 +78,15 @@ def run_inside(
         raise containers.gone(sandbox, error, actor) from error
 
 
+def direct(sandbox: Sandbox) -> socket.socket | None:
+    """A connection to the sandbox agent's own socket, for a file's bytes to take instead of
+    the engine's execs, where this process can reach it (`Runtime.agent_socket`) and the
+    operator has not turned it off (`BOXYARD_AGENT_DIRECT`)."""
+    if not settings.BOXYARD_AGENT_DIRECT or not sandbox.agent or not sandbox.container_id:
+        return None
+    return get_runtime().agent_socket(sandbox.container_id)
+
+
 def reader(sandbox: Sandbox) -> Actor:
     """Who reads files (reads are no one's change; a vanished container found on a read is
     recorded as the system's finding)."""
@@ -101,10 +114,11 @@ def verdict(result: ExecResult, path: str, *, listing: bool = False) -> None:
         raise InvalidInput("path", f"{not_a_directory} is not a directory")
     if code == scripts.NOT_EMPTY:
         raise InvalidInput("recursive", f"{path} is a directory that is not empty; pass recursive")
-    if "No space left" in detail or "Disk quota" in detail:
+    said = detail.lower()  # the shell's tools and the agent (Go) say these in their own case
+    if "no space left" in said or "disk quota" in said:
         raise WorkspaceFull(f"no space left writing {path}")
-    if "Read-only file system" in detail:
+    if "read-only file system" in said:
         raise InvalidInput("path", f"{path} is on a read-only mount (a skill?)")
-    if "Permission denied" in detail:
+    if "permission denied" in said:
         raise InvalidInput("path", f"permission denied on {path}")
     raise RuntimeFailure(f"file operation on {path} failed ({code}): {detail[:500]}")

@@ -11,8 +11,9 @@ from boxyard.errors import InvalidInput, UploadIncomplete, WorkspaceFull
 from sandboxes import events, scripts
 from sandboxes.guard import acting_on
 from sandboxes.models import Sandbox
+from sandboxes.runtime import ExecResult, agentfiles
 from sandboxes.scripts import WORKSPACE, sh
-from sandboxes.services.files.inside import Fed, deadline_for, run_inside, verdict
+from sandboxes.services.files.inside import Fed, deadline_for, direct, run_inside, verdict
 from sandboxes.services.files.paths import clean_mode, workspace_path
 
 
@@ -54,9 +55,7 @@ def write_file(
     if limit is not None and size > limit:
         raise WorkspaceFull(f"{size} bytes do not fit the workspace's {limit} bytes")
     hashed = Fed([data] if isinstance(data, bytes) else data, size)
-    overwrites = "1" if overwrite else "0"
-    argv = sh(scripts.WRITE, "boxyard-write", target, permissions, overwrites, str(size))
-    result = run_inside(sandbox, argv, actor, stdin=hashed, deadline_seconds=deadline_for(size))
+    result = _write(sandbox, target, permissions, overwrite, hashed, size, actor)
     if result.exit_code == scripts.INCOMPLETE:
         raise UploadIncomplete(f"the body ended after {hashed.total} of {size} bytes")
     verdict(result, target)
@@ -66,6 +65,28 @@ def write_file(
             actor, "file.written", sandbox=sandbox, path=target, size=size, sha256=written.sha256
         )
     return written
+
+
+def _write(
+    sandbox: Sandbox,
+    target: str,
+    permissions: str,
+    overwrite: bool,
+    data: Fed,
+    size: int,
+    actor: Actor,
+) -> ExecResult:
+    """The write itself: through the agent's socket where there is one, else a script in an
+    engine exec. Either answers with the write script's verdict."""
+    connection = direct(sandbox)
+    if connection is not None:
+        try:
+            return agentfiles.put(connection, target, permissions, overwrite, size, data)
+        except agentfiles.Unsupported:
+            pass  # an agent from before files went over its socket: its engine exec
+    overwrites = "1" if overwrite else "0"
+    argv = sh(scripts.WRITE, "boxyard-write", target, permissions, overwrites, str(size))
+    return run_inside(sandbox, argv, actor, stdin=data, deadline_seconds=deadline_for(size))
 
 
 def delete_file(

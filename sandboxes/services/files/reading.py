@@ -12,6 +12,7 @@ import mimetypes
 import posixpath
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import NoReturn
 
 from django.conf import settings
 
@@ -19,10 +20,10 @@ from boxyard.errors import Conflict, ContainerGone, InvalidInput, RuntimeFailure
 from sandboxes import scripts
 from sandboxes.guard import require_running
 from sandboxes.models import Sandbox
-from sandboxes.runtime import ExecResult, get_runtime
+from sandboxes.runtime import ExecResult, agentfiles, get_runtime
 from sandboxes.scripts import sh
 from sandboxes.services import containers
-from sandboxes.services.files.inside import reader, run_inside, verdict
+from sandboxes.services.files.inside import direct, reader, verdict
 from sandboxes.services.files.paths import workspace_path
 
 _IDENTITY_LINE_BYTES = 64
@@ -61,18 +62,9 @@ class FileContent:
 
 def read_file(sandbox: Sandbox, path: object, max_bytes: object = None) -> FileContent:
     """The first `max_bytes` of a file (the JSON call's read)."""
-    target = workspace_path(path)
     limit = _clean_max_bytes(max_bytes)
-    _reading(sandbox)
-    result = run_inside(
-        sandbox,
-        sh(scripts.READ, "boxyard-read", target, "0", str(limit)),
-        reader(sandbox),
-        output_limit=limit + _IDENTITY_LINE_BYTES,
-    )
-    verdict(result, target)
-    line, _, data = result.stdout.partition(b"\n")
-    info = _info(target, line)
+    info, stream = open_file_stream(sandbox, path, length=limit)
+    data = b"".join(stream)
     return FileContent(data=data[:limit], size_bytes=info.size_bytes)
 
 
@@ -96,7 +88,19 @@ def open_file_stream(
     that is no longer that one is refused (409)."""
     target = workspace_path(path)
     _reading(sandbox)
-    argv = [target, str(start), str(length), *([expect.identity] if expect else [])]
+    identity = expect.identity if expect else None
+    connection = direct(sandbox)
+    if connection is not None:
+        try:
+            header, body = agentfiles.get(connection, target, start, length, identity)
+        except agentfiles.Unsupported:
+            pass  # an agent from before files went over its socket: an engine exec
+        else:
+            if not header.get("ok"):
+                _refused(agentfiles.refusal(header), target)
+            identity = " ".join(str(header.get(key)) for key in ("size", "mtime", "inode"))
+            return _info(target, identity.encode()), FileStream(b"", iter(body), body.close)
+    argv = [target, str(start), str(length), *([identity] if identity else [])]
     try:
         stream = get_runtime().exec_stream(
             sandbox.container_id, sh(scripts.READ, "boxyard-read", *argv)
@@ -111,21 +115,26 @@ def open_file_stream(
             break
     if b"\n" not in head:
         stream.close()
-        code = stream.exit_code()
-        if code == scripts.CHANGED:
-            raise Conflict(
-                f"{target} changed since it was looked at; read it again", code_detail="changed"
-            )
-        verdict(ExecResult(code, b"", stream.stderr, 0, len(stream.stderr), 0), target)
-        raise RuntimeFailure(f"reading {target} gave no identity line")
+        _refused(
+            ExecResult(stream.exit_code(), b"", stream.stderr, 0, len(stream.stderr), 0), target
+        )
     line, _, first = head.partition(b"\n")
     return _info(target, line), FileStream(first, chunks, stream.close)
 
 
+def _refused(result: ExecResult, target: str) -> NoReturn:
+    if result.exit_code == scripts.CHANGED:
+        raise Conflict(
+            f"{target} changed since it was looked at; read it again", code_detail="changed"
+        )
+    verdict(result, target)
+    raise RuntimeFailure(f"reading {target} gave no identity line")
+
+
 class FileStream:
-    """A file's bytes in the pieces they are read in from the sandbox (at most 64 KiB each:
-    a larger block would be a fresh mapping of memory, page by page); `close()` ends the read
-    early."""
+    """A file's bytes in the pieces they are read in from the sandbox (at most 256 KiB each,
+    below the size from which a block is a fresh mapping of memory: `boxyard.heap`);
+    `close()` ends the read early."""
 
     def __init__(self, first: bytes, chunks: Iterator[bytes], close: Callable[[], None]) -> None:
         self._first = first

@@ -1,4 +1,6 @@
-"""File operations against the real engine, including escape attempts."""
+"""File operations against the real engine, including escape attempts: each test runs with a
+file's bytes over the agent's own socket (the default where Boxyard runs beside the engine)
+and through the engine's execs (elsewhere, or with BOXYARD_AGENT_DIRECT off)."""
 
 import base64
 import hashlib
@@ -9,13 +11,15 @@ import pytest
 from boxyard.errors import Conflict, InvalidInput, LeaseBusy, NotFound
 from sandboxes import services
 from sandboxes.models import Event
+from sandboxes.runtime import get_runtime
 from tests.conftest import CHAT
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db]
 
 
-@pytest.fixture
-def sandbox(pipeline, bot, docker_engine):
+@pytest.fixture(params=["agent socket", "engine exec"])
+def sandbox(request, pipeline, bot, docker_engine, settings):
+    settings.BOXYARD_AGENT_DIRECT = request.param == "agent socket"
     return services.open_sandbox(pipeline, CHAT, bot).sandbox
 
 
@@ -165,3 +169,36 @@ def test_mutating_file_calls_respect_the_lease(sandbox, bot, alice) -> None:
     services.write_file(sandbox, "x.txt", b"x", alice, holder="admin:alice")
     # Reads are not mutations: anyone of the pipeline may read.
     assert services.read_file(sandbox, "x.txt").data == b"x"
+
+
+def test_a_file_takes_the_agent_socket_or_the_engine_exec_as_configured(
+    sandbox, bot, settings, monkeypatch
+) -> None:
+    """Over the agent's socket no engine exec is started for a file; through the engine, the
+    agent's socket is not asked for. Either way the file is the sandbox user's."""
+    runtime = get_runtime()
+    if settings.BOXYARD_AGENT_DIRECT:
+        blocked, used = ("exec", "exec_stream"), "agent_socket"
+    else:
+        blocked, used = ("agent_socket",), "exec"
+    calls = []
+    for name in blocked:
+        monkeypatch.setattr(runtime, name, lambda *a, _name=name, **k: pytest.fail(_name))
+    original = getattr(runtime, used)
+    monkeypatch.setattr(runtime, used, lambda *a, **k: calls.append(used) or original(*a, **k))
+    services.write_file(sandbox, "deep/er/f.bin", b"\0\1" * 70_000, bot, mode="0600")
+    assert services.read_file(sandbox, "deep/er/f.bin", max_bytes=3).data == b"\0\1\0"
+    info, body = services.open_file_stream(sandbox, "deep/er/f.bin", start=139_998)
+    assert (info.size_bytes, b"".join(body)) == (140_000, b"\0\1")
+    assert calls
+    monkeypatch.undo()
+    assert sh(sandbox, bot, "stat -c '%u %a' deep/er/f.bin").stdout == "10001 600\n"
+    assert sh(sandbox, bot, "ls -A deep/er").stdout == "f.bin\n"  # no temporary left
+
+
+def test_a_file_that_changes_under_a_range_read_is_refused(sandbox, bot) -> None:
+    services.write_file(sandbox, "v.txt", b"version one", bot)
+    info = services.stat_file(sandbox, "v.txt")
+    services.write_file(sandbox, "v.txt", b"version two!", bot)
+    with pytest.raises(Conflict, match="changed"):
+        services.open_file_stream(sandbox, "v.txt", start=2, expect=info)

@@ -1,0 +1,127 @@
+"""The sandbox agent's own socket, reached without the engine where the engine runs here.
+
+The agent listens on a unix socket on its root-only tmpfs inside the container. A process on
+the engine's own machine that may enter other processes' file systems (root, as the engine
+itself is) can connect to it through the container's root as /proc shows it: a file then
+goes between Boxyard and the agent over a local socket instead of through the engine's exec
+streams (the engine, its shim and a pipe each copying every byte). Everywhere else (an
+engine on another machine, a Boxyard that runs unprivileged or in a container of its own)
+there is no such path and this answers None: the caller uses the engine's execs as before.
+
+The path is taken through a descriptor of the container's first process, looked up by its
+id and checked to be in the container's control group, so a process id that was reused by
+something else between the look-up and the connection can never lead elsewhere. Every part
+of the path under that root (the agent's tmpfs and its socket) is root's, out of the sandbox
+user's reach: nothing the sandbox runs can redirect it.
+"""
+
+import logging
+import os
+import socket
+import threading
+from typing import TYPE_CHECKING
+
+import docker
+import docker.errors
+
+from sandboxes.runtime import AGENT_STATE
+
+log = logging.getLogger(__name__)
+
+AGENT_SOCKET = AGENT_STATE + "/agent.sock"
+# A connection is made at once or not at all: the agent answers from its own goroutine.
+_CONNECT_SECONDS = 5.0
+_REMEMBERED = 10_000
+
+
+class DirectMixin:
+    """The direct path of `DockerRuntime` (it gives `api`)."""
+
+    if TYPE_CHECKING:
+
+        @property
+        def api(self) -> docker.APIClient: ...
+
+    # container → (its first process, its full id), or None where it cannot be reached from
+    # here (an engine on another machine).
+    def __init__(self) -> None:
+        self._found: dict[str, tuple[int, str] | None] = {}
+        self._found_lock = threading.Lock()
+        self._direct_refused = False
+
+    def agent_socket(self, container: str) -> socket.socket | None:
+        if self._direct_refused:
+            return None
+        for fresh in (False, True):
+            found = self._first_process(container, fresh)
+            if found is None:
+                return None
+            try:
+                return _connect(*found)
+            except PermissionError:
+                # Not allowed to enter other processes' file systems: never will be.
+                log.info("the agent's socket is out of this process's reach; execs it is")
+                self._direct_refused = True
+                return None
+            except _NotThatContainer:
+                # Restarted since (looked up again), or not on this machine (remembered).
+                with self._found_lock:
+                    if fresh:
+                        self._found[container] = None
+                    else:
+                        self._found.pop(container, None)
+            except OSError:
+                return None  # the agent does not listen (yet): the engine's execs this time
+        return None
+
+    def _first_process(self, container: str, fresh: bool) -> tuple[int, str] | None:
+        with self._found_lock:
+            if not fresh and container in self._found:
+                return self._found[container]
+        try:
+            data = self.api.inspect_container(container)
+            state, full_id = data["State"], str(data["Id"])
+        except (docker.errors.DockerException, OSError, KeyError):
+            return None
+        pid = int(state.get("Pid") or 0)
+        if not state.get("Running") or pid <= 0:
+            return None
+        with self._found_lock:
+            if len(self._found) > _REMEMBERED:
+                self._found.clear()
+            self._found[container] = (pid, full_id)
+        return pid, full_id
+
+
+class _NotThatContainer(Exception):
+    """The process id now belongs to another container's process, or to none."""
+
+
+def _connect(pid: int, container: str) -> socket.socket:
+    try:
+        process = os.open(f"/proc/{pid}", os.O_RDONLY | os.O_DIRECTORY)
+    except FileNotFoundError:
+        raise _NotThatContainer(f"no process {pid} here") from None
+    try:
+        # Checked through the descriptor, which stays the process looked at: if it has ended,
+        # the root below is gone with it rather than another process's.
+        try:
+            cgroup = os.open("cgroup", os.O_RDONLY, dir_fd=process)
+            try:
+                groups = os.read(cgroup, 64 * 1024)
+            finally:
+                os.close(cgroup)
+        except (FileNotFoundError, ProcessLookupError):
+            raise _NotThatContainer(f"process {pid} has ended") from None
+        if container.encode() not in groups:
+            raise _NotThatContainer(f"process {pid} is not in container {container[:12]}")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(_CONNECT_SECONDS)
+        try:
+            sock.connect(f"/proc/self/fd/{process}/root{AGENT_SOCKET}")
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+    finally:
+        os.close(process)

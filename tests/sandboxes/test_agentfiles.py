@@ -1,0 +1,132 @@
+"""Files over the agent's own socket: the client's side of the protocol against a peer that
+says what a sandbox could say (a socket pair, no engine), and the way to the socket (the
+real engine)."""
+
+import json
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from boxyard.errors import RuntimeFailure
+from sandboxes import services
+from sandboxes.runtime import agentfiles, get_runtime
+from sandboxes.runtime.docker import direct
+from sandboxes.runtime.docker.engine import DockerRuntime
+from tests.conftest import CHAT
+
+
+def peer(script: Callable[[socket.socket], None]) -> Iterator[socket.socket]:
+    ours, theirs = socket.socketpair()
+    thread = threading.Thread(target=lambda: (script(theirs), theirs.close()), daemon=True)
+    thread.start()
+    yield ours
+    thread.join(timeout=5)
+
+
+def lines(sock: socket.socket, *answers: dict[str, Any]) -> bytes:
+    """Read the request line, send the answers; what was sent after the request is returned."""
+    got = b""
+    while b"\n" not in got:
+        got += sock.recv(4096)
+    request, _, rest = got.partition(b"\n")
+    assert json.loads(request)["op"] == "file"
+    for answer in answers:
+        sock.sendall(json.dumps(answer).encode() + b"\n")
+        if answer.get("ready"):
+            while piece := sock.recv(65536):
+                rest += piece
+    return rest
+
+
+def test_an_agent_from_before_is_told_from_a_refusal() -> None:
+    old = {"id": 0, "ok": False, "code": "bad_request", "error": "unknown op file"}
+    for sock in peer(lambda s: lines(s, old)):
+        with pytest.raises(agentfiles.Unsupported):
+            agentfiles.put(sock, "/workspace/a", "644", True, 1, [b"x"])
+    refused = {"ok": False, "verdict": 206, "error": "/workspace/a exists"}
+    for sock in peer(lambda s: lines(s, refused)):
+        result = agentfiles.put(sock, "/workspace/a", "644", False, 1, [b"x"])
+        assert (result.exit_code, result.stderr) == (206, b"/workspace/a exists")
+
+
+def test_a_put_sends_exactly_the_body_after_ready() -> None:
+    received: list[bytes] = []
+
+    def agent(sock: socket.socket) -> None:
+        received.append(lines(sock, {"ready": True}))
+        sock.sendall(b'{"ok": true}\n')
+
+    for sock in peer(agent):
+        result = agentfiles.put(sock, "/workspace/a", "644", True, 6, [b"abc", b"", b"def"])
+    assert result.exit_code == 0 and received == [b"abcdef"]
+
+
+def test_a_get_never_gives_more_than_promised_and_says_when_it_gives_less() -> None:
+    header = {"ok": True, "size": 10, "mtime": 1, "inode": 2, "length": 4}
+    for sock in peer(lambda s: (lines(s), s.sendall(json.dumps(header).encode() + b"\nabcdefgh"))):
+        answer, body = agentfiles.get(sock, "/workspace/a", 0, -1, None)
+        assert answer["size"] == 10 and b"".join(body) == b"abcd"
+    header["length"] = 6
+    for sock in peer(lambda s: (lines(s), s.sendall(json.dumps(header).encode() + b"\nabc"))):
+        _, body = agentfiles.get(sock, "/workspace/a", 0, -1, None)
+        with pytest.raises(RuntimeFailure, match="3 bytes short"):
+            b"".join(body)
+
+
+@pytest.mark.parametrize(
+    ("said", "match"),
+    [
+        (b"x" * 70_000, "too long"),
+        (b"not json\n", "answered"),
+        (b"[1, 2]\n", "answered"),
+        (b'{"ok": true, "length": -5}\n', "promised"),
+        (b'{"ok": true, "length": true}\n', "promised"),
+        (b'{"ok": false, "code": "internal", "error": "cannot start get"}\n', "cannot start"),
+        (b"", "without an answer"),
+    ],
+)
+def test_what_the_sandbox_says_is_read_with_suspicion(said: bytes, match: str) -> None:
+    for sock in peer(lambda s: (lines(s), s.sendall(said))):
+        with pytest.raises(RuntimeFailure, match=match):
+            agentfiles.get(sock, "/workspace/a", 0, -1, None)
+
+
+# --- the way to the socket, on the real engine --------------------------------------------------
+
+
+@pytest.mark.docker
+@pytest.mark.django_db
+def test_the_socket_is_reached_only_through_the_container_s_own_process(
+    pipeline: Any, bot: Any, docker_engine: Any
+) -> None:
+    sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
+    runtime = get_runtime()
+    with runtime.agent_socket(sandbox.container_id) as sock:
+        sock.sendall(b'{"id": 1, "op": "ping"}\n')
+        assert json.loads(sock.recv(4096))["version"] == "4"
+    # A process that is not the container's (as after its id was reused) is never entered.
+    with pytest.raises(direct._NotThatContainer):
+        direct._connect(1, sandbox.container_id)
+    assert runtime.agent_socket("no-such-container") is None
+
+
+@pytest.mark.docker
+@pytest.mark.django_db
+def test_a_server_not_allowed_into_containers_stops_asking_and_uses_the_engine(
+    pipeline: Any, bot: Any, docker_engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
+    runtime = DockerRuntime()
+    tries = []
+
+    def refused(pid: int, container: str) -> socket.socket:
+        tries.append(pid)
+        raise PermissionError(13, "Permission denied")  # as for a server that is not root
+
+    monkeypatch.setattr(direct, "_connect", refused)
+    assert runtime.agent_socket(sandbox.container_id) is None
+    assert runtime.agent_socket(sandbox.container_id) is None
+    assert len(tries) == 1
