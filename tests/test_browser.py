@@ -256,18 +256,15 @@ def test_a_1_gib_file_uploads_from_the_browser_with_its_progress(
     page.wait_for_selector("[data-testid=upload]")
     watch_progress(page)
     page.set_input_files("[data-testid=upload]", str(big))
-    started = time.monotonic()
     page.click("[data-testid=upload-button]")
     page.wait_for_selector("[data-testid=upload-button]:disabled")  # one upload at a time
     page.wait_for_selector(
         "[data-testid=upload-done]:has-text('/workspace/big.bin uploaded')", timeout=120_000
     )
-    took = time.monotonic() - started
     page.wait_for_selector("#files-view a:has-text('big.bin')")
     seen = page.evaluate("() => window.progressSeen")  # [value, max] as it went
     assert any(0 < value < GIB and total == GIB for value, total in seen), seen[:20]
     assert [GIB, GIB] in seen, seen[-5:]
-    assert took < 60, took
 
     # The sandbox has the whole file, byte for byte (a bot may read while the admin holds it).
     bot = httpx.Client(

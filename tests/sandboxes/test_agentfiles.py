@@ -9,10 +9,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from django.conf import settings
 
 from boxyard.errors import RuntimeFailure
 from sandboxes import services
-from sandboxes.runtime import agentfiles, get_runtime
+from sandboxes.runtime import agentfiles, get_runtime, labels_for
 from sandboxes.runtime.docker import direct
 from sandboxes.runtime.docker.engine import DockerRuntime
 from tests.conftest import CHAT
@@ -130,3 +131,49 @@ def test_a_server_not_allowed_into_containers_stops_asking_and_uses_the_engine(
     assert runtime.agent_socket(sandbox.container_id) is None
     assert runtime.agent_socket(sandbox.container_id) is None
     assert len(tries) == 1
+
+
+@pytest.mark.docker
+def test_a_symlink_where_the_agent_s_directory_should_be_never_leads_to_this_machine(
+    tmp_path: Any, docker_engine: Any
+) -> None:
+    """An image whose /.boxyard-run is an absolute symlink: followed from outside, it would lead
+    to this machine's own path of that name, where a socket listens."""
+    import docker  # the engine directly: a container Boxyard would never make
+
+    host_dir = tmp_path / "evil"
+    host_dir.mkdir()
+    listening = socket.socket(socket.AF_UNIX)
+    listening.bind(str(host_dir / direct.AGENT_SOCKET_NAME))
+    listening.listen()
+    engine = docker.from_env()
+    (tmp_path / "Dockerfile").write_text(
+        f"FROM {settings.BOXYARD_TEST_IMAGE}\nUSER 0\nRUN ln -s {host_dir} /.boxyard-run\n"
+    )
+    image, _ = engine.images.build(path=str(tmp_path), tag="boxyard-test/symlinked:1", rm=True)
+    container = engine.containers.run(image.id, ["sleep", "60"], detach=True, labels=labels_for())
+    try:
+        container.reload()
+        with pytest.raises(OSError):
+            direct._connect(container.attrs["State"]["Pid"], container.id)
+    finally:
+        container.remove(force=True)
+        engine.images.remove(image.id, force=True)
+        listening.close()
+
+
+@pytest.mark.docker
+@pytest.mark.django_db
+def test_a_header_that_disagrees_with_itself_is_refused(
+    pipeline: Any, bot: Any, docker_engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A get's promised length must be what its size and the range asked for give: a program
+    in the sandbox that says more is not believed (the response's length is its size)."""
+    from sandboxes.services.files import reading
+
+    sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
+    header = {"ok": True, "size": 4, "mtime": 1, "inode": 2, "length": 99}
+    for sock in peer(lambda s: (lines(s), s.sendall(json.dumps(header).encode() + b"\nabcd"))):
+        monkeypatch.setattr(reading, "direct", lambda _sandbox, _sock=sock: _sock)
+        with pytest.raises(RuntimeFailure, match="not its identity"):
+            services.open_file_stream(sandbox, "a.txt")

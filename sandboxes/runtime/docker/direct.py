@@ -10,9 +10,11 @@ there is no such path and this answers None: the caller uses the engine's execs 
 
 The path is taken through a descriptor of the container's first process, looked up by its
 id and checked to be in the container's control group, so a process id that was reused by
-something else between the look-up and the connection can never lead elsewhere. Every part
-of the path under that root (the agent's tmpfs and its socket) is root's, out of the sandbox
-user's reach: nothing the sandbox runs can redirect it.
+something else between the look-up and the connection can never lead elsewhere. Under that
+root, the agent's directory is opened without following a symlink (an absolute one would be
+resolved from this machine's root), and what is in it is root's, on the agent's own tmpfs,
+out of the sandbox user's reach: nothing the sandbox runs or its image ships can redirect
+the connection.
 """
 
 import logging
@@ -28,7 +30,7 @@ from sandboxes.runtime import AGENT_STATE
 
 log = logging.getLogger(__name__)
 
-AGENT_SOCKET = AGENT_STATE + "/agent.sock"
+AGENT_SOCKET_NAME = "agent.sock"  # in AGENT_STATE, a directory of its own (no "/" in it)
 # A connection is made at once or not at all: the agent answers from its own goroutine.
 _CONNECT_SECONDS = 5.0
 _REMEMBERED = 10_000
@@ -115,13 +117,26 @@ def _connect(pid: int, container: str) -> socket.socket:
             raise _NotThatContainer(f"process {pid} has ended") from None
         if container.encode() not in groups:
             raise _NotThatContainer(f"process {pid} is not in container {container[:12]}")
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(_CONNECT_SECONDS)
+        # The agent's directory is opened without following a symlink: one there (an image
+        # could ship one where the tmpfs is mounted) would be read from this machine's root,
+        # not the container's. What is inside it is the agent's, made by root on its tmpfs.
+        root = os.open("root", os.O_PATH | os.O_DIRECTORY, dir_fd=process)
         try:
-            sock.connect(f"/proc/self/fd/{process}/root{AGENT_SOCKET}")
-        except BaseException:
-            sock.close()
-            raise
-        return sock
+            state = os.open(
+                AGENT_STATE.lstrip("/"), os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=root
+            )
+        finally:
+            os.close(root)
+        try:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(_CONNECT_SECONDS)
+            try:
+                sock.connect(f"/proc/self/fd/{state}/{AGENT_SOCKET_NAME}")
+            except BaseException:
+                sock.close()
+                raise
+            return sock
+        finally:
+            os.close(state)
     finally:
         os.close(process)

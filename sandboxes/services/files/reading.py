@@ -99,7 +99,12 @@ def open_file_stream(
             if not header.get("ok"):
                 _refused(agentfiles.refusal(header), target)
             identity = " ".join(str(header.get(key)) for key in ("size", "mtime", "inode"))
-            return _info(target, identity.encode()), FileStream(b"", iter(body), body.close)
+            info = _info(target, identity.encode())
+            left = max(info.size_bytes - start, 0)
+            if header.get("length") != (left if length < 0 else min(length, left)):
+                body.close()  # the sandbox's answer, which must agree with itself
+                raise RuntimeFailure(f"reading {target} gave {header!r}, not its identity")
+            return info, FileStream(b"", iter(body), body.close)
     argv = [target, str(start), str(length), *([identity] if identity else [])]
     try:
         stream = get_runtime().exec_stream(
