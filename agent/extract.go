@@ -63,23 +63,11 @@ func extract(args []string) int {
 	if !strings.HasPrefix(args[0]+"/", "/workspace/") {
 		return verdictOutside
 	}
-	// The directories to make must be made inside /workspace: the deepest one that exists
-	// is resolved first (a symlink on the way may lead elsewhere), and nothing is made if it
-	// lies outside.
-	existing := args[0]
-	for {
-		if _, err := os.Lstat(existing); err == nil {
-			break
-		}
-		existing = filepath.Dir(existing)
-	}
-	if _, code := workspaceDir(existing); code != 0 {
-		return code
-	}
-	if err := os.MkdirAll(args[0], 0o755); err != nil {
+	// The directories to make are made inside /workspace only (makeWorkspaceDir).
+	root, code, err := makeWorkspaceDir(args[0])
+	if err != nil {
 		return extractFailed(err)
 	}
-	root, code := workspaceDir(args[0])
 	if code != 0 {
 		return code
 	}
@@ -88,7 +76,7 @@ func extract(args []string) int {
 		return extractFailed(err)
 	}
 	x := &extraction{stage: stage, maxCount: maxCount, maxBytes: maxBytes, made: map[string]fs.FileMode{}}
-	err := x.read(args[1])
+	err = x.read(args[1])
 	if err == nil {
 		err = x.checkLinks()
 	}

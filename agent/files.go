@@ -69,7 +69,13 @@ func put(args []string) int {
 		return refuse(out, verdictOutside, target+" is outside /workspace")
 	}
 	dir, name := filepath.Split(target)
-	real, code := makeWorkspaceDir(filepath.Clean(dir))
+	real, code, err := makeWorkspaceDir(filepath.Clean(dir))
+	if errors.Is(err, syscall.ENOTDIR) {
+		return refuse(out, verdictNotDirectory, "a parent of "+target+" is not a directory")
+	}
+	if err != nil {
+		return refuse(out, verdictWriteFailed, errorText(err))
+	}
 	if code != 0 {
 		return refuse(out, code, "cannot make "+dir)
 	}
@@ -149,8 +155,9 @@ func place(temp, target string, overwrite bool) error {
 
 // makeWorkspaceDir makes a directory under /workspace with its parents, making nothing
 // outside: the deepest part that exists is resolved first (a symlink on the way may lead
-// elsewhere). It answers the directory resolved, or a verdict.
-func makeWorkspaceDir(dir string) (string, int) {
+// elsewhere). It answers the directory resolved, or a verdict, or the error that stopped
+// the making (a full disk, a file on the way).
+func makeWorkspaceDir(dir string) (string, int, error) {
 	existing := dir
 	for {
 		if _, err := os.Lstat(existing); err == nil {
@@ -159,16 +166,13 @@ func makeWorkspaceDir(dir string) (string, int) {
 		existing = filepath.Dir(existing)
 	}
 	if _, code := workspaceDir(existing); code != 0 {
-		return "", code
+		return "", code, nil
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		var pathErr *os.PathError
-		if errors.As(err, &pathErr) && errors.Is(pathErr.Err, syscall.ENOTDIR) {
-			return "", verdictNotDirectory
-		}
-		return "", verdictWriteFailed
+		return "", 0, err
 	}
-	return workspaceDir(dir)
+	real, code := workspaceDir(dir)
+	return real, code, nil
 }
 
 // get: boxyard-agent get PATH START LENGTH [IDENTITY]

@@ -64,7 +64,11 @@ WRITE = (
 p=$1; mode=$2; ow=$3; n=$4
 dir=${p%/*}; name=${p##*/}
 mkdir -p "$dir" 2>/dev/null
-real=$(realpath "$dir" 2>/dev/null) || { echo "boxyard: cannot create $dir" >&2; exit 204; }
+if ! real=$(realpath "$dir" 2>/dev/null); then
+  d=$dir; while [ ! -e "$d" ] && [ -n "$d" ]; do d=${d%/*}; done
+  [ -z "$d" ] || [ -d "$d" ] || exit 208  # a file where a parent directory should be
+  echo "boxyard: cannot create $dir" >&2; exit 204
+fi
 inside "$real" || exit 203
 [ -d "$real" ] || exit 208
 t="$real/$name"

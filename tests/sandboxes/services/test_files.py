@@ -202,3 +202,11 @@ def test_a_file_that_changes_under_a_range_read_is_refused(sandbox, bot) -> None
     services.write_file(sandbox, "v.txt", b"version two!", bot)
     with pytest.raises(Conflict, match="changed"):
         services.open_file_stream(sandbox, "v.txt", start=2, expect=info)
+
+
+def test_a_file_where_a_parent_directory_should_be_is_a_400_either_way(sandbox, bot) -> None:
+    services.write_file(sandbox, "f.txt", b"a file", bot)
+    for path in ("f.txt/y.txt", "f.txt/x/y.txt"):
+        with pytest.raises(InvalidInput, match="not a directory"):
+            services.write_file(sandbox, path, b"x", bot)
+    assert services.read_file(sandbox, "f.txt").data == b"a file"
