@@ -98,7 +98,7 @@ func (a *Agent) unsubscribeAll(c *conn) {
 	}
 	a.mu.Unlock()
 	for _, e := range execs {
-		e.unsubscribe(c)
+		e.unsubscribe(c, 0)
 	}
 }
 

@@ -37,7 +37,7 @@ type Exec struct {
 	cwd         string
 	err         string
 	duration    time.Duration
-	subscribers map[*conn]uint64
+	subscribers map[subscription]bool
 	stdin       *os.File
 	stdinQueue  chan stdinWrite
 	killer      func(sig syscall.Signal)
@@ -62,7 +62,7 @@ func newExec(id, session string, background bool, keep int) *Exec {
 	}
 	return &Exec{
 		id: id, session: session, background: background, started: time.Now(), keep: keep,
-		bytes: map[string]int{"stdout": 0, "stderr": 0}, subscribers: map[*conn]uint64{},
+		bytes: map[string]int{"stdout": 0, "stderr": 0}, subscribers: map[subscription]bool{},
 		done: make(chan struct{}), changed: make(chan struct{}), oomBefore: oomKills(),
 	}
 }
@@ -103,10 +103,10 @@ func (e *Exec) finish(exitCode int, timedOut, restarted bool, cwd, errText strin
 		}
 	}
 	status := e.statusLocked()
-	for subscriber, sub := range e.subscribers {
-		subscriber.send(reply{"event": "exit", "sub": sub, "exec": e.id, "status": status})
+	for s := range e.subscribers {
+		s.conn.send(reply{"event": "exit", "sub": s.id, "exec": e.id, "status": status})
 	}
-	e.subscribers = map[*conn]uint64{}
+	e.subscribers = map[subscription]bool{}
 	e.signalLocked()
 	e.mu.Unlock()
 	close(e.done)

@@ -17,9 +17,11 @@ type chunk struct {
 	data   []byte
 }
 
-type subscriber struct {
+// subscription is one subscriber of an exec: a connection, and the id its events carry (a
+// connection may follow one exec more than once, for several readers).
+type subscription struct {
 	conn *conn
-	sub  uint64
+	id   uint64
 }
 
 func (e *Exec) append(stream string, data []byte) {
@@ -48,8 +50,8 @@ func (e *Exec) append(stream string, data []byte) {
 	if stream == "stderr" {
 		e.keptStderr += len(c.data)
 	}
-	for subscriber, sub := range e.subscribers {
-		subscriber.send(chunkEvent(sub, e.id, c))
+	for s := range e.subscribers {
+		s.conn.send(chunkEvent(s.id, e.id, c))
 	}
 	e.signalLocked()
 }
@@ -135,11 +137,16 @@ func (e *Exec) subscribe(c *conn, sub uint64, sinceSeq int) {
 		c.send(reply{"event": "exit", "sub": sub, "exec": e.id, "status": e.statusLocked()})
 		return
 	}
-	e.subscribers[c] = sub
+	e.subscribers[subscription{c, sub}] = true
 }
 
-func (e *Exec) unsubscribe(c *conn) {
+// unsubscribe ends one subscription of the connection (sub), or all of them (sub 0).
+func (e *Exec) unsubscribe(c *conn, sub uint64) {
 	e.mu.Lock()
-	delete(e.subscribers, c)
-	e.mu.Unlock()
+	defer e.mu.Unlock()
+	for s := range e.subscribers {
+		if s.conn == c && (sub == 0 || s.id == sub) {
+			delete(e.subscribers, s)
+		}
+	}
 }

@@ -5,7 +5,8 @@ package main
 // A request is {"id": N, "op": "...", ...}; its answer is {"id": N, "ok": true, ...} or
 // {"id": N, "ok": false, "code": "...", "error": "..."}. Answers may come out of order (a
 // foreground run answers when it ends). Subscriptions push {"event": "chunk"|"exit", "sub": N,
-// ...} where N is the id of the subscribe request. Output bytes travel as base64 ("data").
+// ...} where N is the id of the subscribe request (or of a run sent with "watch": its output
+// is pushed as it comes, before the run's answer). Output bytes travel as base64 ("data").
 //
 // Ops: ping; session.ensure, session.list, session.delete; run; status; output; wait; kill;
 // stdin; subscribe, unsubscribe; process.start, process.list, process.restart, process.stop;
@@ -44,6 +45,8 @@ type request struct {
 	Signal     string            `json:"signal,omitempty"`
 	Name       string            `json:"name,omitempty"`
 	Restart    bool              `json:"restart,omitempty"`
+	Watch      bool              `json:"watch,omitempty"`
+	Sub        uint64            `json:"sub,omitempty"`
 }
 
 type sessionInit struct {
@@ -265,7 +268,7 @@ func (a *Agent) dispatch(c *conn, req *request) {
 		e.subscribe(c, req.ID, req.SinceSeq)
 	case "unsubscribe":
 		if e, err := a.lookup(req.Exec); err == nil {
-			e.unsubscribe(c)
+			e.unsubscribe(c, req.Sub)
 		}
 		c.answer(req.ID, nil, nil)
 	case "process.start":

@@ -50,6 +50,7 @@ func (a *Agent) run(c *conn, req *request) {
 			c.answer(req.ID, nil, err)
 			return
 		}
+		watch(c, e, req)
 		go func() {
 			a.runFresh(e, req)
 			answer(e)()
@@ -70,6 +71,7 @@ func (a *Agent) run(c *conn, req *request) {
 		c.answer(req.ID, nil, err)
 		return
 	}
+	watch(c, e, req)
 	if req.Background {
 		a.startBackground(s, e, req)
 		c.answer(req.ID, e.status(), nil)
@@ -78,6 +80,14 @@ func (a *Agent) run(c *conn, req *request) {
 	if err := s.enqueue(&job{exec: e, req: req, answer: answer(e)}); err != nil {
 		e.finish(-1, false, false, "", err.Error())
 		c.answer(req.ID, nil, err)
+	}
+}
+
+// watch subscribes the connection that asked for a run to its output, under the run's own id,
+// before it starts: every chunk is pushed as it comes, then the exit.
+func watch(c *conn, e *Exec, req *request) {
+	if req.Watch {
+		e.subscribe(c, req.ID, 0)
 	}
 }
 

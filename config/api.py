@@ -53,11 +53,11 @@ class StrictJSON(Parser):
             data: dict[str, Any] = json.loads(request.body)  # as ninja's parsers declare it
         except (ValueError, UnicodeDecodeError) as error:
             raise InvalidInput("body", f"is not valid JSON ({error})") from None
-        _require_unicode(data)
+        require_unicode(data)
         return data
 
 
-def _require_unicode(value: Any, where: str = "body") -> None:
+def require_unicode(value: Any, where: str = "body") -> None:
     if isinstance(value, str):
         try:
             value.encode("utf-8")
@@ -65,11 +65,11 @@ def _require_unicode(value: Any, where: str = "body") -> None:
             raise InvalidInput(where, "holds a lone surrogate escape; send valid Unicode") from None
     elif isinstance(value, dict):
         for key, item in value.items():
-            _require_unicode(key, where)
-            _require_unicode(item, f"{where}.{key}" if where != "body" else str(key))
+            require_unicode(key, where)
+            require_unicode(item, f"{where}.{key}" if where != "body" else str(key))
     elif isinstance(value, list):
         for index, item in enumerate(value):
-            _require_unicode(item, f"{where}[{index}]")
+            require_unicode(item, f"{where}[{index}]")
 
 
 api = NinjaAPI(
@@ -103,7 +103,7 @@ def on_boxyard_error(request: HttpRequest, error: BoxyardError) -> HttpResponse:
 @api.exception_handler(ValidationError)
 def on_validation_error(request: HttpRequest, error: ValidationError) -> HttpResponse:
     first = error.errors[0] if error.errors else {}
-    field = _field_name(first.get("loc", ()))
+    field = field_name(first.get("loc", ()))
     message = first.get("msg", "invalid input")
     return error_response(
         request,
@@ -120,7 +120,7 @@ def on_validation_error(request: HttpRequest, error: ValidationError) -> HttpRes
     )
 
 
-def _field_name(location: Any) -> str:
+def field_name(location: Any) -> str:
     """The caller's own name for a field from ninja's error location.
 
     ("body", "body", "cmd", "list[str]") → "cmd": the source, the view's body parameter, the

@@ -20,6 +20,7 @@ from channels.security.websocket import WebsocketDenier  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.http.request import split_domain_port, validate_host  # noqa: E402
 
+from sandboxes.mcp.app import McpApplication, serves  # noqa: E402
 from sandboxes.routing import websocket_urlpatterns  # noqa: E402
 
 if TYPE_CHECKING:
@@ -103,9 +104,25 @@ def _secure(scope: Mapping[str, Any], headers: list[tuple[bytes, str]]) -> bool:
     return False
 
 
+class HttpRouter:
+    """`/mcp` to the MCP application, every other path to Django."""
+
+    def __init__(self, django: PooledASGIHandler, mcp: McpApplication) -> None:
+        self.django = django
+        self.mcp = mcp
+
+    async def __call__(
+        self, scope: dict[str, Any], receive: "ASGIReceiveCallable", send: "ASGISendCallable"
+    ) -> None:
+        if serves(scope["path"]):
+            await self.mcp(scope, receive, send)  # type: ignore[arg-type]  # the same ASGI callables
+        else:
+            await self.django(scope, receive, send)  # type: ignore[arg-type]  # the same ASGI callables
+
+
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": HttpRouter(django_asgi_app, McpApplication()),
         "websocket": SameOriginWebsockets(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))  # type: ignore[arg-type]  # types-channels' own URLPattern type
         ),

@@ -148,6 +148,20 @@ def scope_of(template: str, variables: object) -> Scope:
     return Scope(key=resolve(template, variables), variables=clean_variables(variables))
 
 
+def generates(template: str, variables: object) -> bool:
+    """Whether these variables give a new key each time (a part of the template falls back
+    to a generated id): each open then makes a sandbox of its own."""
+    values = clean_variables(variables)
+    for part in parse(template):
+        if isinstance(part, _Chain):
+            for name in part.names:
+                if name == GENERATED:
+                    return True
+                if name in values:
+                    break
+    return False
+
+
 def resolve(template: str, variables: object) -> str:
     """The scope key for these variables, or InvalidInput naming the missing variable."""
     try:

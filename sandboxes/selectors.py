@@ -16,6 +16,7 @@ __all__ = [
     "pipeline_for",
     "principal_for_token",
     "principal_for_user",
+    "running_sandbox_id",
     "sandbox_for",
     "sandboxes_for",
 ]
@@ -63,6 +64,16 @@ def sandboxes_for(
             raise InvalidInput("scope_key", "must not contain NUL characters")
         queryset = queryset.filter(scope_key=scope_key)
     return list(queryset.order_by("-created_at")[:limit])
+
+
+def running_sandbox_id(principal: Principal, scope_key: str) -> UUID | None:
+    """The id of the scope key's sandbox if it runs now (one small query, for callers that
+    act on a chat's sandbox without knowing its id)."""
+    found = Sandbox.objects.filter(scope_key=scope_key, state=State.RUNNING)
+    if principal.pipeline is not None:
+        found = found.filter(pipeline=principal.pipeline)
+    pk: UUID | None = found.values_list("pk", flat=True).first()
+    return pk
 
 
 def exec_for(principal: Principal, sandbox: Sandbox, exec_id: object) -> Exec:

@@ -11,6 +11,7 @@ ENTRY_POINTS = (
     "sandboxes.api", "sandboxes.views", "sandboxes.consumers", "sandboxes.tasks",
     "sandboxes.schemas", "sandboxes.admin", "sandboxes.management", "pipelines.views",
     "pipelines.api", "pipelines.admin", "pipelines.management", "config", "sandboxes.downloads",
+    "sandboxes.mcp",
 )  # fmt: skip
 SERVICES = ("sandboxes.services", "pipelines.services", "sandboxes.images")
 CORE = (

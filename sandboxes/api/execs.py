@@ -26,13 +26,20 @@ from sandboxes.schemas.execs import (
     exec_out,
     progress_out,
 )
+from sandboxes.selectors import Principal
 
 router = Router(tags=["sandboxes"])
 
 
 @router.post("/sandboxes/{sandbox_id}/exec", response=responds(ExecOut), summary="Run a command")
 def exec_command(request: HttpRequest, sandbox_id: str, body: ExecIn) -> dict[str, Any]:
-    who = principal(request)
+    return run_command(principal(request), sandbox_id, body)
+
+
+def run_command(
+    who: Principal, sandbox_id: str, body: ExecIn, watch: services.ExecWatch | None = None
+) -> dict[str, Any]:
+    """An exec as the API runs it (also the MCP server's, which follows it with `watch`)."""
     sandbox = selectors.sandbox_for(who, sandbox_id)
     exec_request = services.clean_request(
         sandbox,
@@ -45,7 +52,7 @@ def exec_command(request: HttpRequest, sandbox_id: str, body: ExecIn) -> dict[st
         one_shot=body.fresh,
     )
     record = services.run_exec(
-        sandbox, exec_request, who.actor, holder=body.holder, epoch=body.epoch
+        sandbox, exec_request, who.actor, holder=body.holder, epoch=body.epoch, watch=watch
     )
     return exec_out(record)
 

@@ -134,7 +134,7 @@ class AgentChannel:
             self._subscribers.pop(subscription, None)
         if not self.closed:
             try:
-                self.call("unsubscribe", exec=exec_id, deadline=5)
+                self.call("unsubscribe", exec=exec_id, sub=subscription, deadline=5)
             except BoxyardError:
                 pass
 

@@ -15,23 +15,33 @@ from sandboxes.services import RunResult
 class ExecIn(Fencing):
     cmd: list[StrictStr] | StrictStr = Field(
         ...,
-        description="argv list (run as is), or a shell string (run in the session's shell, so "
-        "`cd`, `export` and functions persist)",
+        description='A shell command such as "python main.py > out.txt" (run by the session\'s '
+        "shell, so pipes, && and redirections work, and cd, export and functions carry over to "
+        'the next command), or an argv array such as ["python", "main.py"] (run as is).',
     )
     cwd: str | None = Field(
         None,
-        description="For this command only; default: the session's cwd. Relative paths are "
-        "under /workspace.",
+        description="Working directory for this command only, relative to /workspace "
+        "(default: the session's current directory).",
     )
     env: dict[str, StrictStr] | None = Field(
-        None, description="Variables for this command only, on top of the session's."
+        None, description="Extra environment variables for this command only, name to value."
     )
-    session: str | None = Field(None, description="Shell session name (default 'default').")
+    session: str | None = Field(
+        None,
+        description='Shell session to run in (default "default"); sessions keep separate '
+        "directories and variables and run side by side.",
+    )
     timeout_seconds: int | None = Field(
-        None, ge=1, description="Default: the pipeline's; background execs have none unless given."
+        None,
+        ge=1,
+        description="Kill the command after this many seconds (default: the pipeline's exec "
+        "timeout; a background command has none unless given).",
     )
     background: bool = Field(
-        False, description="Return at once; read the output by sequence number, wait, or kill."
+        False,
+        description="Start it and return at once with an exec_id instead of waiting for it; "
+        "read its output, wait for it or kill it by that id.",
     )
     fresh: bool = Field(
         False,
@@ -76,7 +86,9 @@ class ExecOutputOut(Schema):
 
 
 class WaitIn(Schema):
-    timeout_seconds: float = Field(30, ge=0, le=900)
+    timeout_seconds: float = Field(
+        30, ge=0, le=900, description="How long to wait at most (default 30; 0 only checks)."
+    )
 
 
 class WaitOut(Schema):
@@ -91,7 +103,12 @@ class KillOut(Schema):
 
 
 class OutputQuery(Schema):
-    since_seq: int = Field(0, ge=0, description="The last sequence number already seen (0: none).")
+    since_seq: int = Field(
+        0,
+        ge=0,
+        description="The seq of the last chunk already read: only chunks after it are returned "
+        "(0, the default: from the start).",
+    )
     max_bytes: int | None = Field(
         None, ge=1, le=16 * 1024 * 1024, description="About how much output to return at most."
     )
@@ -102,12 +119,16 @@ class StreamQuery(Schema):
 
 
 class RunIn(Schema):
-    pipeline: str = Field(..., min_length=1, max_length=50)
+    pipeline: str = Field(..., min_length=1, max_length=50, description="The pipeline's slug.")
     language: str = Field(..., description="python, bash or sh")
-    code: str
-    files: dict[str, str] | None = Field(None, description="More files: path → text")
-    env: dict[str, str] | None = None
-    timeout_seconds: int | None = Field(None, ge=1)
+    code: str = Field(..., description="The program to run, as text.")
+    files: dict[str, str] | None = Field(
+        None, description="More files to write first: path (relative to /workspace) to text."
+    )
+    env: dict[str, str] | None = Field(None, description="Environment variables, name to value.")
+    timeout_seconds: int | None = Field(
+        None, ge=1, description="Kill it after this many seconds (default: the pipeline's)."
+    )
 
 
 class RunOut(Schema):

@@ -10,13 +10,19 @@ from ninja import Field, Schema
 from sandboxes.schemas.common import Fencing
 from sandboxes.services.files import FileContent, FileEntry
 
+PATH = "File path, relative to /workspace."
+
 
 class WriteIn(Fencing):
-    path: str = Field(..., min_length=1, max_length=4096)
-    contents: str | None = None
-    contents_b64: str | None = None
-    mode: str | None = Field(None, description="Octal permissions, default '0644'.")
-    overwrite: bool = True
+    path: str = Field(..., min_length=1, max_length=4096, description=PATH)
+    contents: str | None = Field(None, description="Text contents (UTF-8).")
+    contents_b64: str | None = Field(None, description="Binary contents, base64-encoded.")
+    mode: str | None = Field(
+        None, description='Octal permissions such as "0644" (the default) or "0755".'
+    )
+    overwrite: bool = Field(
+        True, description="Replace an existing file (default true); false fails if it exists."
+    )
 
 
 class WriteOut(Schema):
@@ -53,18 +59,29 @@ class DeleteOut(Schema):
 
 
 class ReadQuery(Schema):
-    path: str = Field(..., min_length=1, max_length=4096)
-    max_bytes: int | None = Field(None, ge=0)
+    path: str = Field(..., min_length=1, max_length=4096, description=PATH)
+    max_bytes: int | None = Field(
+        None, ge=0, description="Read at most this many bytes (default: the read limit)."
+    )
 
 
 class ListQuery(Schema):
-    path: str = Field("/workspace", min_length=1, max_length=4096)
-    recursive: bool = False
+    path: str = Field(
+        "/workspace",
+        min_length=1,
+        max_length=4096,
+        description="Directory, relative to /workspace (default: /workspace itself).",
+    )
+    recursive: bool = Field(False, description="Also list everything below it (default false).")
 
 
 class DeleteQuery(Fencing):
-    path: str = Field(..., min_length=1, max_length=4096)
-    recursive: bool = False
+    path: str = Field(
+        ..., min_length=1, max_length=4096, description="Path to delete, relative to /workspace."
+    )
+    recursive: bool = Field(
+        False, description="Delete a directory with everything in it (default false)."
+    )
 
 
 class RawWriteQuery(Fencing):
@@ -102,10 +119,12 @@ class ExtractOut(Schema):
 
 
 class LinkIn(Fencing):
-    path: str = Field(..., min_length=1, max_length=4096)
-    method: str = Field("GET", description="GET (a download) or PUT (an upload)")
+    path: str = Field(..., min_length=1, max_length=4096, description=PATH)
+    method: str = Field("GET", description="GET: a download link (the default); PUT: an upload.")
     expires_in_seconds: int | None = Field(
-        None, description="Default one hour; at most BOXYARD_FILE_LINK_MAX_SECONDS."
+        None,
+        description="How long the link works (default one hour; at most "
+        "BOXYARD_FILE_LINK_MAX_SECONDS).",
     )
 
 

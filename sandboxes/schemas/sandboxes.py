@@ -102,7 +102,9 @@ class CloseOut(Schema):
 
 
 class CloseQuery(Fencing):
-    delete_workspace: bool = False
+    delete_workspace: bool = Field(
+        False, description="Also delete every file in /workspace (default false)."
+    )
 
 
 class TakeoverIn(Schema):

@@ -10,6 +10,7 @@ from boxyard.actors import SYSTEM, Actor
 from sandboxes.services.closing import close_later, close_sandbox
 from sandboxes.services.compute import RunResult, run_code
 from sandboxes.services.execs import (
+    ExecWatch,
     clean_request,
     exec_chunks,
     exec_events,
@@ -37,6 +38,7 @@ from sandboxes.services.files import (
 from sandboxes.services.leases import keep_alive, release_lease, renew_lease, takeover_lease
 from sandboxes.services.opening import Opened, boot, open_sandbox, restart_sandbox
 from sandboxes.services.processes import (
+    follow_output,
     list_processes,
     read_output,
     restart_process,
@@ -50,6 +52,7 @@ from sandboxes.services.workspaces import WorkspaceUsage, workspace_usage
 __all__ = [
     "SYSTEM",
     "Actor",
+    "ExecWatch",
     "Opened",
     "ResetResult",
     "RunResult",
@@ -71,6 +74,7 @@ __all__ = [
     "keep_alive",
     "kill_exec",
     "list_files",
+    "follow_output",
     "list_processes",
     "list_sessions",
     "open_archive",

@@ -9,6 +9,7 @@ which is enough to speak a line protocol such as MCP over stdio.
 
 import base64
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -22,6 +23,7 @@ from sandboxes.guard import acting_on, require_running
 from sandboxes.models import Sandbox, State
 from sandboxes.runtime import answers
 from sandboxes.runtime.agent import AgentChannel, channel
+from sandboxes.services.execs.reading import follow
 
 log = logging.getLogger(__name__)
 
@@ -222,6 +224,21 @@ def read_output(
         else None,
         "chunks": answers.chunks(answer.get("chunks")),
     }
+
+
+def follow_output(
+    sandbox: Sandbox, name: str, on_event: Callable[[dict[str, Any]], None]
+) -> tuple[int, Callable[[], None]]:
+    """Follow the process's current run: its output from the start, then its end, to
+    `on_event` as they come (chunks, then one exit or gone; see `execs.reading.follow`).
+    Returns the run's generation and the function that stops following it."""
+    agent = _agent_for(sandbox, "read a process")
+    info = _process(sandbox, name, agent)
+    if info["state"] != "running" or not info["exec"]:
+        raise InvalidInput(
+            "process", f"{name} is {info['state']} (it is restarted after a backoff); try again"
+        )
+    return info["generation"], follow(agent, info["exec"], 0, on_event)
 
 
 def restart_process(

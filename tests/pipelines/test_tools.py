@@ -19,18 +19,21 @@ NAMES = [
     "sandbox_exec",
     "sandbox_exec_read",
     "sandbox_exec_wait",
+    "sandbox_exec_kill",
     "sandbox_fs_write",
     "sandbox_fs_read",
     "sandbox_fs_list",
     "sandbox_fs_delete",
     "sandbox_fs_link",
     "sandbox_close",
+    "sandbox_run",
 ]
 
 TYPES = {"object", "array", "string", "integer", "number", "boolean", "null"}
 KEYWORDS = {
     "type", "properties", "required", "additionalProperties", "items", "anyOf",
     "description", "minimum", "maximum", "minLength", "maxLength", "minItems", "pattern",
+    "default", "format", "enum",
 }  # fmt: skip
 
 
@@ -190,12 +193,14 @@ def test_required_parameters_follow_the_api() -> None:
         "sandbox_exec": {"sandbox_id", "cmd"},
         "sandbox_exec_read": {"sandbox_id", "exec_id"},
         "sandbox_exec_wait": {"sandbox_id", "exec_id"},
+        "sandbox_exec_kill": {"sandbox_id", "exec_id"},
         "sandbox_fs_write": {"sandbox_id", "path"},
         "sandbox_fs_read": {"sandbox_id", "path"},
         "sandbox_fs_list": {"sandbox_id"},
         "sandbox_fs_delete": {"sandbox_id", "path"},
         "sandbox_fs_link": {"sandbox_id", "path"},
         "sandbox_close": {"sandbox_id"},
+        "sandbox_run": {"language", "code"},
     }
 
 
@@ -241,7 +246,6 @@ def test_sandbox_open_takes_no_arguments_and_says_the_runtime_fills_them() -> No
             True,
         ),
         ("sandbox_fs_write", {"sandbox_id": "s", "path": "b", "contents_b64": "AA=="}, True),
-        ("sandbox_fs_write", {"sandbox_id": "s", "path": "b", "mode": "rwx"}, False),
         ("sandbox_fs_write", {"sandbox_id": "s", "path": ""}, False),
         ("sandbox_fs_read", {"sandbox_id": "s", "path": "out.txt", "max_bytes": 100}, True),
         ("sandbox_fs_read", {"sandbox_id": "s", "path": "out.txt", "max_bytes": -1}, False),
@@ -270,12 +274,12 @@ def test_each_call_is_dispatchable_from_the_tool_arguments(spec: tools.ToolSpec)
     assert in_path <= properties
     assert set(spec.parameters.get("required", [])) >= in_path
     # Every argument goes exactly one way: into the path, the body or the query string.
-    assert not set(spec.body) & set(spec.query)
-    assert not in_path & (set(spec.body) | set(spec.query))
-    assert in_path | set(spec.body) | set(spec.query) == properties
+    assert not set(spec.body_arguments) & set(spec.query_arguments)
+    assert not in_path & (set(spec.body_arguments) | set(spec.query_arguments))
+    assert in_path | set(spec.body_arguments) | set(spec.query_arguments) == properties
     assert spec.method in {"GET", "POST", "PUT", "DELETE"}
     if spec.method in {"GET", "DELETE"}:
-        assert not spec.body
+        assert not spec.body_arguments
     assert spec.path.startswith("/api/v1/")
 
 
@@ -286,12 +290,14 @@ def test_calls_follow_the_bot_api() -> None:
         "sandbox_exec": ("POST", "/api/v1/sandboxes/{sandbox_id}/exec"),
         "sandbox_exec_read": ("GET", "/api/v1/sandboxes/{sandbox_id}/execs/{exec_id}/output"),
         "sandbox_exec_wait": ("POST", "/api/v1/sandboxes/{sandbox_id}/execs/{exec_id}/wait"),
+        "sandbox_exec_kill": ("POST", "/api/v1/sandboxes/{sandbox_id}/execs/{exec_id}/kill"),
         "sandbox_fs_write": ("PUT", "/api/v1/sandboxes/{sandbox_id}/files"),
         "sandbox_fs_read": ("GET", "/api/v1/sandboxes/{sandbox_id}/files"),
         "sandbox_fs_list": ("GET", "/api/v1/sandboxes/{sandbox_id}/files/list"),
         "sandbox_fs_delete": ("DELETE", "/api/v1/sandboxes/{sandbox_id}/files"),
         "sandbox_fs_link": ("POST", "/api/v1/sandboxes/{sandbox_id}/files/links"),
         "sandbox_close": ("DELETE", "/api/v1/sandboxes/{sandbox_id}"),
+        "sandbox_run": ("POST", "/api/v1/run"),
     }
 
 
@@ -418,7 +424,8 @@ def test_tools_document() -> None:
         "name": "sandbox_exec",
         "method": "POST",
         "path": "/api/v1/sandboxes/{sandbox_id}/exec",
-        "body": ["cmd", "cwd", "env", "session", "timeout_seconds", "background"],
+        "body": ["cmd", "cwd", "env", "session", "timeout_seconds", "background", "fresh"],
         "query": [],
+        "output_schema": tools.tool_specs()[1].output_schema,
     }
     assert json.loads(json.dumps(document)) == document

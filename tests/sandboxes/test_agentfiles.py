@@ -107,7 +107,7 @@ def test_the_socket_is_reached_only_through_the_container_s_own_process(
     runtime = get_runtime()
     with runtime.agent_socket(sandbox.container_id) as sock:
         sock.sendall(b'{"id": 1, "op": "ping"}\n')
-        assert json.loads(sock.recv(4096))["version"] == "4"
+        assert json.loads(sock.recv(4096))["version"] == "5"
     # A process that is not the container's (as after its id was reused) is never entered.
     with pytest.raises(direct._NotThatContainer):
         direct._connect(1, sandbox.container_id)

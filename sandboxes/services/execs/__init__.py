@@ -22,12 +22,13 @@ from sandboxes.services.execs.requests import (
     clean_request,
     clean_session_name,
 )
-from sandboxes.services.execs.running import FRESH_SINCE_VERSION, run_exec
+from sandboxes.services.execs.running import FRESH_SINCE_VERSION, ExecWatch, run_exec
 from sandboxes.services.execs.streaming import exec_events
 
 __all__ = [
     "FRESH_SINCE_VERSION",
     "ExecRequest",
+    "ExecWatch",
     "clean_cwd",
     "clean_env",
     "clean_request",

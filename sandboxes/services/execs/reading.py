@@ -150,6 +150,20 @@ def subscribe(
     agent = _live_agent(record)
     if agent is None:
         return None
+    try:
+        return follow(agent, str(record.id), since_seq, on_event)
+    except NotFound:
+        forgotten(record)
+        return None
+
+
+def follow(
+    agent: AgentChannel, exec_id: str, since_seq: int, on_event: Callable[[dict[str, Any]], None]
+) -> Callable[[], None]:
+    """Subscribe to what the agent keeps as `exec_id` (an exec, or a managed process's run):
+    `on_event` gets {"event": "chunk", seq, stream, text}, then one {"event": "exit",
+    exit_code, timed_out, killed} or {"event": "gone", reason}, from the channel's reader
+    thread. Returns the function that stops it."""
 
     def relay(message: dict[str, Any]) -> None:
         if message["event"] == "chunk":
@@ -167,13 +181,9 @@ def subscribe(
         else:
             on_event({"event": "gone", "reason": message.get("reason", "")})
 
-    try:
-        answer = agent.call("subscribe", exec=str(record.id), since_seq=since_seq, on_event=relay)
-    except NotFound:
-        forgotten(record)
-        return None
+    answer = agent.call("subscribe", exec=exec_id, since_seq=since_seq, on_event=relay)
     subscription = answer["_id"]
-    return lambda: agent.unsubscribe(subscription, str(record.id))
+    return lambda: agent.unsubscribe(subscription, exec_id)
 
 
 def _live_agent(record: Exec) -> AgentChannel | None:

@@ -10,7 +10,8 @@ the command started (see agent/contain.go).
 
 import logging
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 from uuid import UUID
 
 from django import db
@@ -44,6 +45,16 @@ _WATCH_SECONDS = 300
 FRESH_SINCE_VERSION = 2
 
 
+class ExecWatch(Protocol):
+    """Who follows a foreground command as it runs (an MCP client's progress, say): told its
+    record as soon as there is one (to kill it), then each chunk of its output as the agent
+    reads it ({seq, stream, text}), from the agent channel's reader thread."""
+
+    def started(self, record: Exec) -> None: ...
+
+    def chunk(self, chunk: dict[str, Any]) -> None: ...
+
+
 def run_exec(
     sandbox: Sandbox,
     request: ExecRequest,
@@ -51,9 +62,10 @@ def run_exec(
     *,
     holder: str | None = None,
     epoch: int | None = None,
+    watch: ExecWatch | None = None,
 ) -> Exec:
     """Run a command and return its record: finished for a foreground exec, running for a
-    background one.
+    background one. `watch` follows a foreground command through the agent as it runs.
 
     The lease is checked (and renewed) in the transaction that records the exec, so a holder
     that lost the lease never reaches the container.
@@ -84,9 +96,11 @@ def run_exec(
             timeout_seconds=request.timeout_seconds or 0,
         )
         # Activity is stamped when the exec ends; while it runs, the running row is activity.
+    if watch is not None:
+        watch.started(record)
     if engine:
         return run_one_shot(sandbox, record, request, actor)
-    return _run_in_agent(sandbox, record, request, init, actor)
+    return _run_in_agent(sandbox, record, request, init, actor, watch)
 
 
 def session_init(sandbox: Sandbox, name: str) -> dict[str, Any]:
@@ -109,6 +123,7 @@ def _run_in_agent(
     request: ExecRequest,
     init: dict[str, Any] | None,
     actor: Actor,
+    watch: ExecWatch | None = None,
 ) -> Exec:
     """Run in a session (`init` says how it starts if the agent does not have it yet), or
     fresh, outside any session, when `init` is None."""
@@ -141,9 +156,15 @@ def _run_in_agent(
     if init is None and agent.version < FRESH_SINCE_VERSION:
         return run_one_shot(sandbox, record, request, actor)  # an agent older than fresh runs
     wait = 10.0 if request.background else (request.timeout_seconds or 0) + DEADLINE_GRACE_SECONDS
+    relay = None
+    if watch is not None and not request.background:
+        payload["watch"] = True  # the agent pushes the output to this run's own id
+        relay = _relay(watch)
     try:
         # A long command must not hold a database connection while it runs.
-        status = agent.call("run", deadline=wait, on_slow=release_connection, **payload)
+        status = agent.call(
+            "run", deadline=wait, on_slow=release_connection, on_event=relay, **payload
+        )
     except (AgentGone, RuntimeFailure) as error:
         raise _lost_container(sandbox, record, error, actor) from error
     except BoxyardError as error:
@@ -164,6 +185,14 @@ def _run_in_agent(
         fail(record, ExecState.FAILED, f"cwd {request.cwd} is not a directory")
         raise InvalidInput("cwd", f"{request.cwd} is not a directory in the sandbox")
     return finish_from_status(record, status)
+
+
+def _relay(watch: ExecWatch) -> Callable[[dict[str, Any]], None]:
+    def relay(message: dict[str, Any]) -> None:
+        if message.get("event") == "chunk":
+            watch.chunk(answers.chunks([message])[0])
+
+    return relay
 
 
 def _agent(sandbox: Sandbox, record: Exec, actor: Actor) -> AgentChannel:

@@ -10,7 +10,7 @@ read from the record.
 """
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from boxyard.relay import BoundedRelay
@@ -27,7 +27,7 @@ CATCH_UP_PAUSE_SECONDS = 0.25
 Event = dict[str, Any]  # {"event": "chunk" | "exit" | "gone" | "keepalive", ...}
 
 
-async def exec_events(record: Exec, since_seq: int) -> AsyncIterator[Event]:
+async def exec_events(record: Exec, since_seq: int) -> AsyncGenerator[Event, None]:
     """The exec's events after chunk `since_seq`, to its end (see the module's docstring)."""
     relay: BoundedRelay[Event] = BoundedRelay(
         asyncio.get_running_loop(), BACKLOG_CHARS, lambda event: len(event.get("text", "")) + 64
