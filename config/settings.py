@@ -325,6 +325,8 @@ BOXYARD_METRICS_TOKEN = env_str("BOXYARD_METRICS_TOKEN", "")
 BOXYARD_FILE_READ_BYTES = env_int("BOXYARD_FILE_READ_BYTES", 256 * 1024, minimum=1)
 # The longest a signed link of a file may live.
 BOXYARD_FILE_LINK_MAX_SECONDS = env_int("BOXYARD_FILE_LINK_MAX_SECONDS", 7 * 24 * 3600, minimum=1)
+# An MCP session of the handshake revisions that no request has touched for this long ends.
+BOXYARD_MCP_SESSION_IDLE_SECONDS = env_int("BOXYARD_MCP_SESSION_IDLE_SECONDS", 1800, minimum=1)
 # What an uploaded archive may expand to: entries, and bytes (never more than the workspace).
 BOXYARD_ARCHIVE_MAX_ENTRIES = env_int("BOXYARD_ARCHIVE_MAX_ENTRIES", 100_000, minimum=1)
 BOXYARD_ARCHIVE_MAX_BYTES = env_int("BOXYARD_ARCHIVE_MAX_BYTES", 10 * 1024**3, minimum=1)

@@ -31,8 +31,6 @@ Receive = Callable[[], Awaitable[Mapping[str, Any]]]
 Send = Callable[[Mapping[str, Any]], Awaitable[None]]
 
 PREFIX = "/mcp"
-# A stateful session no request has touched for this long is closed.
-SESSION_IDLE_SECONDS = 30 * 60
 
 
 def serves(path: str) -> bool:
@@ -47,12 +45,12 @@ class McpApplication:
         self.sandboxes = StreamableHTTPSessionManager(
             sandbox_server(),
             max_request_body_size=limit,
-            session_idle_timeout=SESSION_IDLE_SECONDS,
+            session_idle_timeout=settings.BOXYARD_MCP_SESSION_IDLE_SECONDS,
         )
         self.gateway = StreamableHTTPSessionManager(
             gateway.gateway_server(),
             max_request_body_size=limit,
-            session_idle_timeout=SESSION_IDLE_SECONDS,
+            session_idle_timeout=settings.BOXYARD_MCP_SESSION_IDLE_SECONDS,
         )
         self._running: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()

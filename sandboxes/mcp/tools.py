@@ -119,7 +119,7 @@ async def call_tool(
     caller = caller_of(ctx.request)
     try:
         arguments = dict(params.arguments or {})
-        require_unicode(arguments, "arguments")
+        require_unicode(arguments)
         if spec.name == "sandbox_exec":
             answer = await _exec(ctx, caller, spec, arguments)
         elif spec.name == "sandbox_exec_wait" and _wants_progress(ctx):
