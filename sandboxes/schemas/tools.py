@@ -82,15 +82,15 @@ class ToolSpec:
     query: type[Schema] | None = None
     hints: Hints = field(default_factory=Hints)
 
-    @property
+    @cached_property
     def path_arguments(self) -> tuple[str, ...]:
         return tuple(name for _, name, _, _ in string.Formatter().parse(self.path) if name)
 
-    @property
+    @cached_property
     def body_arguments(self) -> tuple[str, ...]:
         return _arguments(self.body)
 
-    @property
+    @cached_property
     def query_arguments(self) -> tuple[str, ...]:
         return _arguments(self.query)
 
