@@ -44,8 +44,8 @@ def served(tmp_path: Path, **environment: str) -> Iterator[Server]:
         BOXYARD_IMAGE_ALLOWLIST=settings.BOXYARD_TEST_IMAGE,
         BOXYARD_DEFAULT_IMAGE=settings.BOXYARD_TEST_IMAGE,
         PYTHONUNBUFFERED="1",
-        **environment,
     )
+    env.update(environment)  # a test's own settings win
     log = tmp_path / "server.log"
     command = [sys.executable, "manage.py", "serve", "--no-build", "--host", "127.0.0.1"]
     with log.open("wb") as output:
