@@ -141,7 +141,7 @@ def api(server: Server, token: str) -> httpx.Client:
 async def gateway(server: Server, token: str, mode: str = "auto") -> AsyncIterator[Client]:
     http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
     url = f"{server.url}/mcp/servers/notes?{CHAT}"
-    async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:  # type: ignore[arg-type]  # mode is a string
+    async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:
         yield client
 
 

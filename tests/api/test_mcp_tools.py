@@ -50,7 +50,7 @@ async def connected(
 ) -> AsyncIterator[Client]:
     http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}", **headers})
     url = f"{server.url}/mcp?{query}"
-    async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:  # type: ignore[arg-type]  # mode is a string
+    async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:
         yield client
 
 
