@@ -99,13 +99,16 @@ def validate(template: str) -> None:
 
 
 def variables_used(template: str) -> set[str]:
-    return {
-        name
-        for part in parse(template)
-        if isinstance(part, _Chain)
-        for name in part.names
-        if name != GENERATED
-    }
+    return set(variables_in_order(template))
+
+
+def variables_in_order(template: str) -> list[str]:
+    """The variables a chat may give the template, in its order (not the generated id)."""
+    names: list[str] = []
+    for part in parse(template):
+        if isinstance(part, _Chain):
+            names += [name for name in part.names if name != GENERATED and name not in names]
+    return names
 
 
 def clean_variables(variables: object) -> dict[str, str]:

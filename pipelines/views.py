@@ -14,6 +14,7 @@ from boxyard.errors import BoxyardError, InvalidInput
 from boxyard.web import admin_actor, staff_required
 from pipelines import scope, selectors, services
 from pipelines.forms import CUSTOM, PipelineForm, SkillForm
+from pipelines.mcp_config import mcp_connection
 from pipelines.models import Pipeline, Skill
 
 # What the scope preview resolves the template with: two people in one group chat, and one
@@ -93,6 +94,7 @@ def pipeline_edit(request: HttpRequest, slug: str | None = None) -> HttpResponse
         context["skill_form"] = SkillForm()
         context["history"] = selectors.pipeline_history(pipeline)
         context["live_sandboxes"] = selectors.live_sandbox_count(pipeline)
+        context["mcp"] = mcp_connection(pipeline, request.build_absolute_uri("/"))
     return render(request, "pipelines/form.html", context)
 
 
@@ -130,7 +132,13 @@ def token_create(request: HttpRequest, slug: str) -> HttpResponse:
     row, plaintext = services.issue_token(
         pipeline, admin_actor(request), request.POST.get("name", "")[:100]
     )
-    context = {"nav": "pipelines", "pipeline": pipeline, "token": row, "plaintext": plaintext}
+    context = {
+        "nav": "pipelines",
+        "pipeline": pipeline,
+        "token": row,
+        "plaintext": plaintext,
+        "mcp": mcp_connection(pipeline, request.build_absolute_uri("/"), plaintext),
+    }
     return render(request, "pipelines/token_created.html", context)
 
 

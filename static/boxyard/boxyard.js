@@ -2,7 +2,7 @@
 // the templates ask for with data attributes, since the Content-Security-Policy allows no
 // inline handler: `data-confirm` on a form asks before it is sent, `data-autosubmit` on a
 // field sends its form when it changes, `data-upload` on a form sends its file with a progress
-// bar. The page's live parts arrive through htmx and its websocket extension.
+// bar, `data-copy` on a button copies the block beside it. The page's live parts arrive through htmx and its websocket extension.
 (function () {
   "use strict";
 
@@ -136,6 +136,16 @@
   });
 
   setInterval(tick, 1000);
+  // `data-copy`: the button copies the text of the block beside it.
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest && event.target.closest("[data-copy]");
+    if (!button || !navigator.clipboard) return;
+    var block = button.parentNode.querySelector("pre");
+    navigator.clipboard.writeText(block.textContent).then(function () {
+      button.setAttribute("data-copied", "");
+    });
+  });
+
   document.addEventListener("DOMContentLoaded", tick);
   document.addEventListener("htmx:afterSwap", tick);
   document.addEventListener("htmx:oobAfterSwap", tick);

@@ -1,0 +1,120 @@
+"""The pipeline's page tells an admin how to connect an MCP client: the URL with the chat's
+variables as placeholders, and configurations ready to paste that the clients really read."""
+
+import html
+import json
+import re
+from typing import Any
+
+import pytest
+from django.test import Client
+from fastmcp.mcp_config import MCPConfig
+
+from pipelines.mcp_config import mcp_connection
+from pipelines.models import Pipeline
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def admin(django_user_model: Any) -> Client:
+    user = django_user_model.objects.create_user("alice", password="s3cret-pass", is_staff=True)
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture(autouse=True)
+def _hosts(settings: Any) -> None:
+    settings.ALLOWED_HOSTS = ["testserver"]
+
+
+def block(page: str, testid: str) -> str:
+    found = re.search(rf'data-testid="{testid}"><code>(.*?)</code>', page, re.S)
+    assert found, testid
+    return html.unescape(found[1])
+
+
+@pytest.mark.parametrize(
+    ("template", "query"),
+    [
+        (
+            "{launcher_type}_{launcher_id}",
+            "?launcher_type={launcher_type}&launcher_id={launcher_id}",
+        ),
+        (
+            "{conversation_id|sender_id|uuid}",
+            "?conversation_id={conversation_id}&sender_id={sender_id}",
+        ),
+        ("msg_{uuid}", ""),
+    ],
+)
+def test_the_page_shows_the_url_with_the_scopes_own_variables(
+    admin: Client, make_pipeline: Any, template: str, query: str
+) -> None:
+    make_pipeline(slug="support", scope_template=template)
+    page = admin.get("/pipelines/support/").content.decode()
+    url = f"http://testserver/mcp{query}"
+    assert f'data-testid="mcp-url">{html.escape(url)}</code>' in page
+    servers = json.loads(block(page, "mcp-json"))["mcpServers"]
+    assert servers == {
+        "boxyard-support": {
+            "type": "http",
+            "url": url,
+            "headers": {"Authorization": "Bearer <token>"},
+        }
+    }
+
+
+def test_the_blocks_are_what_each_client_reads(admin: Client, make_pipeline: Any) -> None:
+    make_pipeline(
+        slug="support",
+        exec_timeout_seconds=120,
+        processes=[{"name": "notes", "cmd": ["python3", "notes.py"]}],
+    )
+    page = admin.get("/pipelines/support/").content.decode()
+    config = MCPConfig.model_validate(json.loads(block(page, "mcp-json")))
+    urls = {name: server.url for name, server in config.mcpServers.items()}
+    query = "?launcher_type={launcher_type}&launcher_id={launcher_id}"
+    assert urls == {
+        "boxyard-support": f"http://testserver/mcp{query}",
+        "boxyard-support-notes": f"http://testserver/mcp/servers/notes{query}",
+    }
+    langbot = json.loads(block(page, "mcp-langbot"))
+    assert langbot == {
+        "name": "boxyard-support",
+        "mode": "http",
+        "url": urls["boxyard-support"],
+        "headers": {"Authorization": "Bearer <token>"},
+        "timeout": 180,
+    }
+    astrbot = json.loads(block(page, "mcp-astrbot"))["boxyard-support"]
+    assert astrbot["transport"] == "streamable_http"
+    assert astrbot["url"] == urls["boxyard-support"]
+    assert astrbot["session_read_timeout"] == astrbot["sse_read_timeout"] == 180
+
+
+def test_a_new_token_comes_with_its_configuration(admin: Client, make_pipeline: Any) -> None:
+    make_pipeline(slug="support")
+    page = admin.post("/pipelines/support/tokens", {"name": "bot"}).content.decode()
+    token = re.search(r'data-testid="new-token">([^<]+)<', page)
+    assert token
+    servers = json.loads(block(page, "mcp-json"))["mcpServers"]
+    assert servers["boxyard-support"]["headers"] == {"Authorization": f"Bearer {token[1]}"}
+
+
+def test_the_section_speaks_the_admins_language(admin: Client, make_pipeline: Any) -> None:
+    make_pipeline(slug="support")
+    admin.post("/i18n/setlang/", {"language": "fr", "next": "/"})
+    page = admin.get("/pipelines/support/").content.decode()
+    assert "Connecter un client MCP" in page
+    assert "Copier" in page
+
+
+def test_the_configuration_names_a_url_of_the_servers_own(make_pipeline: Any) -> None:
+    pipeline: Pipeline = make_pipeline(slug="support")
+    shown = mcp_connection(pipeline, "https://boxyard.example/", "byd_x")
+    assert shown.url.startswith("https://boxyard.example/mcp?")
+    assert json.loads(shown.mcp_json)["mcpServers"]["boxyard-support"]["headers"] == {
+        "Authorization": "Bearer byd_x"
+    }
