@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 from django.db import connection
+from django.test import Client
 
 from pipelines.models import Pipeline
 from sandboxes import metrics
@@ -70,6 +71,15 @@ def docker_engine(engine: Any) -> Iterator[Any]:
     """Per test: the engine, and afterwards no container or volume of this test left."""
     yield engine
     _remove_ours(engine)
+
+
+@pytest.fixture
+def admin(django_user_model: Any) -> Client:
+    """Alice, an administrator, logged in to the dashboard."""
+    user = django_user_model.objects.create_user("alice", password="s3cret-pass", is_staff=True)
+    client = Client()
+    client.force_login(user)
+    return client
 
 
 @pytest.fixture

@@ -19,14 +19,6 @@ from tests.conftest import CHAT
 OTHER = {"launcher_type": "group", "launcher_id": "other"}
 
 
-@pytest.fixture
-def admin(django_user_model: Any) -> Client:
-    user = django_user_model.objects.create_user("alice", password="s3cret-pass", is_staff=True)
-    client = Client()
-    client.force_login(user)
-    return client
-
-
 @pytest.fixture(autouse=True)
 def _hosts(settings: Any) -> None:
     settings.ALLOWED_HOSTS = ["testserver"]

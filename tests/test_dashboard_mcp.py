@@ -16,14 +16,6 @@ from pipelines.models import Pipeline
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def admin(django_user_model: Any) -> Client:
-    user = django_user_model.objects.create_user("alice", password="s3cret-pass", is_staff=True)
-    client = Client()
-    client.force_login(user)
-    return client
-
-
 @pytest.fixture(autouse=True)
 def _hosts(settings: Any) -> None:
     settings.ALLOWED_HOSTS = ["testserver"]
