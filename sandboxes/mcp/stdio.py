@@ -72,7 +72,9 @@ class ProcessPeer:
         self._progress: dict[str, Progress] = {}
         self._partial = ""
         self._stop: Callable[[], None] | None = None
-        self._reports: set[asyncio.Future[None]] = set()
+        # Per request, the last of its progress reports: each waits for the one before, and
+        # the answer waits for the last, so the client gets them in order and before it.
+        self._reported: dict[str, asyncio.Future[None]] = {}
 
     async def start(self) -> None:
         """Follow the process's output, waiting for it to run again if it is restarting, then
@@ -134,7 +136,12 @@ class ProcessPeer:
                 {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}, actor
             )
             with anyio.fail_after(timeout):
-                return await answer
+                result = await answer
+            reported = self._reported.get(request_id)
+            if reported is not None:
+                with anyio.move_on_after(5):
+                    await asyncio.shield(reported)
+            return result
         except TimeoutError:
             raise ProcessExited(
                 f"the MCP server {self.name} did not answer {method} within {timeout:.0f} s"
@@ -153,6 +160,7 @@ class ProcessPeer:
         finally:
             self._waiting.pop(request_id, None)
             self._progress.pop(request_id, None)
+            self._reported.pop(request_id, None)
 
     async def _write(self, message: dict[str, Any], actor: Actor | None = None) -> None:
         line = json.dumps(message, separators=(",", ":")).encode() + b"\n"
@@ -203,19 +211,20 @@ class ProcessPeer:
             return
         if message.get("method") == "notifications/progress":
             params = message.get("params") or {}
-            report = self._progress.get(str(params.get("progressToken")))
+            token = str(params.get("progressToken"))
+            report = self._progress.get(token)
             if report is not None and isinstance(params.get("progress"), int | float):
-                total = params.get("total")
-                text = params.get("message")
-                task = asyncio.ensure_future(
-                    report(
-                        params["progress"],
-                        total if isinstance(total, int | float) else None,
-                        text if isinstance(text, str) else None,
+                total, text = params.get("total"), params.get("message")
+                self._reported[token] = asyncio.ensure_future(
+                    _after(
+                        self._reported.get(token),
+                        report(
+                            params["progress"],
+                            total if isinstance(total, int | float) else None,
+                            text if isinstance(text, str) else None,
+                        ),
                     )
                 )
-                self._reports.add(task)  # held until done: a task nobody holds may vanish
-                task.add_done_callback(self._reports.discard)
 
     def _end(self, reason: str) -> None:
         self.ended = reason
@@ -223,6 +232,13 @@ class ProcessPeer:
             if not answer.done():
                 answer.set_exception(ProcessExited(reason))
         self._stop = None  # the agent ends the subscription with the run
+
+
+async def _after(previous: "asyncio.Future[None] | None", report: Awaitable[None]) -> None:
+    if previous is not None:
+        with contextlib.suppress(Exception):
+            await previous
+    await report
 
 
 _peers: dict[tuple[str, str], ProcessPeer] = {}
