@@ -1,16 +1,21 @@
 """How an MCP client connects to a pipeline: the URL of `/mcp` with the chat's variables as
 placeholders, and configurations ready to paste, shown on the pipeline's page.
 
-- `mcp_json`: the `mcpServers` block that Claude Desktop and Claude Code, Cursor and fastmcp's
-  `MCPConfig` read (`"type": "http"` is Streamable HTTP for all of them), with an entry for each
-  managed process's gateway;
-- `langbot`: the fields of LangBot's MCP server form (mode `http`, its `url`, `headers`, and a
-  `timeout` in seconds that covers the pipeline's longest command);
-- `astrbot`: AstrBot's MCP server configuration (`transport: streamable_http`, `url`,
-  `headers`, and its `timeout`, `sse_read_timeout` and `session_read_timeout`, likewise).
+- `mcp_json`: the `mcpServers` block that Claude Code, Cursor and fastmcp's `MCPConfig` read
+  (`"type": "http"` is Streamable HTTP for Claude Code and Cursor; fastmcp ignores `type` and
+  takes a URL without `/sse` as Streamable HTTP), with an entry for each managed process's
+  gateway;
+- `langbot`: an MCP server as LangBot stores it and its web UI saves it (`name`, `mode`,
+  `enable`, `extra_args` with `url`, `headers` and `timeout` in seconds). Mode `http` is
+  Streamable HTTP; LangBot's newer releases show it as their "Remote" mode and still read it;
+- `astrbot`: the configuration AstrBot's dashboard takes for an MCP server (the server's name
+  goes in its own field), the shape of an entry under `mcpServers` in `data/mcp_server.json`:
+  `transport: streamable_http` (a `type: http` would make AstrBot use SSE), `url`, `headers`,
+  and its `timeout`, `sse_read_timeout` and `session_read_timeout` in seconds.
 
-Both bot platforms take one URL per MCP server, not per chat: the values put in place of the
-placeholders pick one sandbox for everything they send through it.
+The read timeouts cover the pipeline's longest command. Both bot platforms take one URL per MCP
+server, not per chat: the values put in place of the placeholders pick one sandbox for
+everything they send through it.
 """
 
 import json
@@ -24,10 +29,13 @@ TOKEN_PLACEHOLDER = "<token>"
 # Added to the pipeline's exec timeout for a client's read timeout: a command that runs to its
 # end must not be cut off by the client first.
 READ_MARGIN_SECONDS = 60
+# AstrBot's own default for connecting and for its test request.
+ASTRBOT_CONNECT_SECONDS = 30
 
 
 @dataclass(frozen=True)
 class McpConnection:
+    name: str  # the name a client gives the pipeline's server
     url: str
     variables: list[str]
     servers: dict[str, str]  # a name for the client → the URL
@@ -55,6 +63,7 @@ def mcp_connection(pipeline: Pipeline, base_url: str, token: str | None = None) 
     headers = {"Authorization": f"Bearer {token or TOKEN_PLACEHOLDER}"}
     read_seconds = pipeline.exec_timeout_seconds + READ_MARGIN_SECONDS
     return McpConnection(
+        name=name,
         url=servers[name],
         variables=variables,
         servers=servers,
@@ -70,21 +79,18 @@ def mcp_connection(pipeline: Pipeline, base_url: str, token: str | None = None) 
             {
                 "name": name,
                 "mode": "http",
-                "url": servers[name],
-                "headers": headers,
-                "timeout": read_seconds,
+                "enable": True,
+                "extra_args": {"url": servers[name], "headers": headers, "timeout": read_seconds},
             }
         ),
         astrbot=_json(
             {
-                name: {
-                    "transport": "streamable_http",
-                    "url": servers[name],
-                    "headers": headers,
-                    "timeout": 30,
-                    "sse_read_timeout": read_seconds,
-                    "session_read_timeout": read_seconds,
-                }
+                "transport": "streamable_http",
+                "url": servers[name],
+                "headers": headers,
+                "timeout": ASTRBOT_CONNECT_SECONDS,
+                "sse_read_timeout": read_seconds,
+                "session_read_timeout": read_seconds,
             }
         ),
     )

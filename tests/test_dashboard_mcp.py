@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 from django.test import Client
-from fastmcp.mcp_config import MCPConfig
+from fastmcp.client.transports import StreamableHttpTransport
+from fastmcp.mcp_config import MCPConfig, RemoteMCPServer
 
 from pipelines.mcp_config import mcp_connection
 from pipelines.models import Pipeline
@@ -66,24 +67,39 @@ def test_the_blocks_are_what_each_client_reads(admin: Client, make_pipeline: Any
     )
     page = admin.get("/pipelines/support/").content.decode()
     config = MCPConfig.model_validate(json.loads(block(page, "mcp-json")))
-    urls = {name: server.url for name, server in config.mcpServers.items()}
+    # fastmcp reads `type` as nothing of its own; it must still take each URL as Streamable HTTP.
+    urls = {
+        name: server.url
+        for name, server in config.mcpServers.items()
+        if isinstance(server, RemoteMCPServer)
+        and isinstance(server.to_transport(), StreamableHttpTransport)
+    }
     query = "?launcher_type={launcher_type}&launcher_id={launcher_id}"
     assert urls == {
         "boxyard-support": f"http://testserver/mcp{query}",
         "boxyard-support-notes": f"http://testserver/mcp/servers/notes{query}",
     }
+    # LangBot's MCP server as its web UI saves it; mode http is Streamable HTTP.
     langbot = json.loads(block(page, "mcp-langbot"))
     assert langbot == {
         "name": "boxyard-support",
         "mode": "http",
-        "url": urls["boxyard-support"],
-        "headers": {"Authorization": "Bearer <token>"},
-        "timeout": 180,
+        "enable": True,
+        "extra_args": {
+            "url": urls["boxyard-support"],
+            "headers": {"Authorization": "Bearer <token>"},
+            "timeout": 180,
+        },
     }
-    astrbot = json.loads(block(page, "mcp-astrbot"))["boxyard-support"]
+    # AstrBot's dashboard takes the server's configuration alone, its name in a field of its
+    # own: with no `url` at the top it would start a stdio server, and any transport but
+    # streamable_http is SSE to it.
+    astrbot = json.loads(block(page, "mcp-astrbot"))
     assert astrbot["transport"] == "streamable_http"
     assert astrbot["url"] == urls["boxyard-support"]
+    assert astrbot["headers"] == {"Authorization": "Bearer <token>"}
     assert astrbot["session_read_timeout"] == astrbot["sse_read_timeout"] == 180
+    assert "named <code>boxyard-support</code>" in page
 
 
 def test_a_new_token_comes_with_its_configuration(admin: Client, make_pipeline: Any) -> None:
@@ -100,6 +116,8 @@ def test_the_section_speaks_the_admins_language(admin: Client, make_pipeline: An
     admin.post("/i18n/setlang/", {"language": "fr", "next": "/"})
     page = admin.get("/pipelines/support/").content.decode()
     assert "Connecter un client MCP" in page
+    assert "Dans la gestion MCP de LangBot" in page
+    assert "ajoutez-en un nommé <code>boxyard-support</code>" in page
     assert "Copier" in page
 
 
