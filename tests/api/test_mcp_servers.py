@@ -151,22 +151,24 @@ def test_a_client_lists_and_calls_the_processs_own_tools(
 ) -> None:
     _, token, sandbox_id = bot
 
-    async def go() -> tuple[Any, Any, Any, Any]:
+    async def go() -> tuple[Any, Any, Any, Any, Any]:
         async with gateway(server, token, mode) as client:
             return (
                 await client.list_tools(),
                 await client.call_tool("add", {"a": 2, "b": 3}),
                 await client.call_tool("note", {"text": "buy milk"}),
                 await client.get_prompt("review", {"topic": "the plan"}),
+                await client.read_resource("notes://all"),
             )
 
-    listed, added, noted, prompt = anyio.run(go)
+    listed, added, noted, prompt, resource = anyio.run(go)
     tools = {tool.name: tool for tool in listed.tools}
     assert set(tools) == {"add", "note", "slow", "crash"}
     assert tools["add"].input_schema["required"] == ["a", "b"]
     assert added.structured_content == {"result": 5} and not added.is_error
     assert noted.content[0].text == "1 notes"
     assert prompt.messages[0].content.text == "Please review the plan."
+    assert resource.contents[0].text == "buy milk\n"
     with api(server, token) as rest:  # the process works in the chat's own workspace
         read = rest.get(f"/sandboxes/{sandbox_id}/files", params={"path": "notes.txt"})
     assert read.json()["contents"] == "buy milk\n"
@@ -292,3 +294,27 @@ def test_the_bot_api_and_the_gateway_share_the_process(
         return '"id":"by-the-bot"' in "".join(chunk["text"] for chunk in output["chunks"])
 
     wait_for(answered, 10)
+
+
+def test_the_readmes_example_and_a_sandbox_named_by_its_id(
+    server: Server, bot: tuple[Pipeline, str, str]
+) -> None:
+    """The README's client code, on the default image; then a connection with no chat in its
+    URL acting on a sandbox it names."""
+    _, token, sandbox_id = bot
+
+    async def go() -> tuple[Any, Any]:
+        url = f"{server.url}/mcp?{CHAT}"
+        http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+        async with Client(streamable_http_client(url, http_client=http)) as client:
+            result = await client.call_tool("sandbox_exec", {"cmd": "python3 -c 'print(6*7)'"})
+        http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+        async with Client(streamable_http_client(f"{server.url}/mcp", http_client=http)) as bare:
+            named = await bare.call_tool(
+                "sandbox_fs_list", {"path": ".skills", "sandbox_id": sandbox_id}
+            )
+        return result, named
+
+    result, named = anyio.run(go)
+    assert result.structured_content["stdout"] == "42\n"
+    assert [entry["name"] for entry in named.structured_content["entries"]] == ["mcplib"]

@@ -40,6 +40,13 @@ def crash() -> str:
     os._exit(3)
 
 
+@server.resource("notes://all")
+def all_notes() -> str:
+    """Every note kept so far."""
+    with open("/workspace/notes.txt") as notes:
+        return notes.read()
+
+
 @server.prompt()
 def review(topic: str) -> str:
     """Ask for a review of a topic."""
