@@ -3,7 +3,6 @@ what a sessionless client must say itself, and a session's end after its idle ti
 
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -22,9 +21,11 @@ pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
 IDLE_SECONDS = 2
 
 
-@pytest.fixture
-def server(tmp_path: Path, docker_engine: Any) -> Iterator[Server]:
-    with served(tmp_path, BOXYARD_MCP_SESSION_IDLE_SECONDS=str(IDLE_SECONDS)) as running:
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, engine: Any) -> Iterator[Server]:
+    with served(
+        tmp_path_factory.mktemp("sessions"), BOXYARD_MCP_SESSION_IDLE_SECONDS=str(IDLE_SECONDS)
+    ) as running:
         yield running
 
 
@@ -36,7 +37,7 @@ async def connected(url: str, token: str, mode: str) -> AsyncIterator[Client]:
 
 
 def test_a_session_keeps_the_sandbox_it_opened_where_each_open_makes_a_new_one(
-    server: Server, make_pipeline: Any
+    server: Server, make_pipeline: Any, docker_engine: Any
 ) -> None:
     pipeline = make_pipeline(slug="per-message", scope_template="msg_{query_id|uuid}")
     _, token = PipelineToken.issue(pipeline, name="tests")
@@ -93,3 +94,34 @@ def test_a_session_left_idle_ends_and_its_id_is_refused(server: Server, make_pip
 
 def _version() -> dict[str, str]:
     return {"MCP-Protocol-Version": "2025-11-25"}
+
+
+@pytest.mark.parametrize("version", ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"])
+def test_every_handshake_revision_opens_a_session(
+    server: Server, make_pipeline: Any, version: str
+) -> None:
+    """AstrBot, for one, tests a server with an `initialize` of 2024-11-05."""
+    pipeline = make_pipeline(slug="revisions")
+    _, token = PipelineToken.issue(pipeline, name="tests")
+    answer = httpx.post(
+        f"{server.url}/mcp",
+        headers={
+            "Authorization": f"Bearer {token}",
+            "Accept": "application/json, text/event-stream",
+        },
+        json={
+            "jsonrpc": "2.0",
+            "id": 0,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": version,
+                "capabilities": {},
+                "clientInfo": {"name": "test-client", "version": "1"},
+            },
+        },
+        timeout=30,
+    )
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["mcp-session-id"]
+    data = next(line for line in answer.text.splitlines() if line.startswith("data:"))
+    assert f'"protocolVersion":"{version}"' in data.replace(" ", "")
