@@ -314,6 +314,29 @@ def test_streaming_delivers_chunks_as_they_come_then_the_end(sandbox, bot) -> No
     assert arrived[-1] - arrived[0] >= 0.5
 
 
+def test_two_readers_of_one_exec_in_one_process_each_get_all_of_it(sandbox, bot) -> None:
+    """Both follow it over this process's one channel to the agent; the second does not take
+    the first one's place, and stopping one leaves the other."""
+    record = run(sandbox, bot, "for i in 1 2 3; do echo tick$i; sleep 0.3; done", background=True)
+    texts: dict[str, list[str]] = {"first": [], "second": []}
+    ended = {name: threading.Event() for name in texts}
+
+    def reader(name):
+        def on_event(event):
+            if event["event"] == "chunk":
+                texts[name].append(event["text"])
+            else:
+                ended[name].set()
+
+        return on_event
+
+    stops = [services.subscribe(record, 0, reader(name)) for name in texts]
+    assert all(ended[name].wait(10) for name in texts)
+    for stop in stops:
+        stop()
+    assert "".join(texts["first"]) == "".join(texts["second"]) == "tick1\ntick2\ntick3\n"
+
+
 def test_a_running_background_exec_makes_the_sandbox_busy(sandbox, bot) -> None:
     from sandboxes.models import Sandbox
 
