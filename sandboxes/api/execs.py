@@ -9,9 +9,11 @@ from ninja import Query, Router
 from ninja.responses import codes_4xx, codes_5xx
 
 from boxyard.threads import pulled
+from pipelines.models import Pipeline
 from sandboxes import selectors, services
 from sandboxes.api.common import principal, responds
 from sandboxes.api.sse import event_stream
+from sandboxes.models import Sandbox
 from sandboxes.schemas import ErrorOut, Fencing
 from sandboxes.schemas.execs import (
     SSE_EVENT,
@@ -41,8 +43,18 @@ def run_command(
 ) -> dict[str, Any]:
     """An exec as the API runs it (also the MCP server's, which follows it with `watch`)."""
     sandbox = selectors.sandbox_for(who, sandbox_id)
-    exec_request = services.clean_request(
-        sandbox,
+    exec_request = clean_exec(sandbox, body)
+    record = services.run_exec(
+        sandbox, exec_request, who.actor, holder=body.holder, epoch=body.epoch, watch=watch
+    )
+    return exec_out(record)
+
+
+def clean_exec(target: Sandbox | Pipeline, body: ExecIn) -> services.ExecRequest:
+    """The exec the body asks for, checked against the sandbox (or, before there is one, its
+    pipeline)."""
+    return services.clean_request(
+        target,
         cmd=body.cmd,
         cwd=body.cwd,
         env=body.env,
@@ -51,10 +63,6 @@ def run_command(
         background=body.background,
         one_shot=body.fresh,
     )
-    record = services.run_exec(
-        sandbox, exec_request, who.actor, holder=body.holder, epoch=body.epoch, watch=watch
-    )
-    return exec_out(record)
 
 
 @router.get(

@@ -24,7 +24,7 @@ from mcp.shared.exceptions import MCPError
 from ninja.responses import Status
 from pydantic import ValidationError
 
-from boxyard.errors import BoxyardError, InvalidInput, problem
+from boxyard.errors import BoxyardError, InvalidInput, NotFound, problem
 from boxyard.threads import in_pool
 from config.api import field_name, require_unicode
 from pipelines import scope
@@ -52,6 +52,18 @@ ROUTES: dict[str, Callable[..., Any]] = {
     "sandbox_run": sandbox_routes.run,
 }
 SPECS = {spec.name: spec for spec in tool_specs()}
+# Tools that open the chat's sandbox when called without one (the others act on what an
+# earlier call made: an exec, or the sandbox itself to close).
+OPENS = frozenset(
+    {
+        "sandbox_exec",
+        "sandbox_fs_write",
+        "sandbox_fs_read",
+        "sandbox_fs_list",
+        "sandbox_fs_delete",
+        "sandbox_fs_link",
+    }
+)
 # Tools that reach beyond the sandbox when the pipeline gives it the network.
 _NETWORKED = frozenset({"sandbox_exec", "sandbox_run"})
 # Output queued for progress at most (characters); past it a command's progress stops.
@@ -187,15 +199,35 @@ def _route_arguments(caller: Caller, spec: ToolSpec, arguments: dict[str, Any]) 
     for name in spec.path_arguments:
         value = arguments.get(name)
         if value is None and name == "sandbox_id":
-            value = chat_sandbox(caller)
+            if spec.name in OPENS:
+                _refuse_bad_input(caller, spec, kwargs)
+            value = chat_sandbox(caller, open_it=spec.name in OPENS)
         if not isinstance(value, str) or not value:
             raise InvalidInput(name, "is required, as a string")
         kwargs[name] = value
     return kwargs
 
 
-def chat_sandbox(caller: Caller) -> str:
-    """The sandbox of the connection's chat: its scope key's running sandbox, or opened now."""
+def _refuse_bad_input(caller: Caller, spec: ToolSpec, kwargs: dict[str, Any]) -> None:
+    """What the tool's service would refuse of its arguments without looking at a sandbox,
+    refused before the chat's sandbox is opened for the call: bad input opens nothing."""
+    body: Any = kwargs.get("body")  # the shape of the tool's call (ExecIn, WriteIn, LinkIn...)
+    query: Any = kwargs.get("query")
+    if spec.name == "sandbox_exec":
+        execs.clean_exec(caller.pipeline, body)
+    elif spec.name == "sandbox_fs_write":
+        services.workspace_path(body.path)
+        services.decoded_contents(body.contents, body.contents_b64)
+        services.clean_mode(body.mode)
+    elif spec.name == "sandbox_fs_link":
+        services.clean_link(body.path, body.method, body.expires_in_seconds)
+    elif query is not None:
+        services.workspace_path(query.path)
+
+
+def chat_sandbox(caller: Caller, *, open_it: bool = True) -> str:
+    """The sandbox of the connection's chat: its scope key's running sandbox, or (`open_it`)
+    opened now."""
     pipeline = caller.pipeline
     if scope.generates(pipeline.scope_template, caller.variables):
         remembered = _session_sandboxes.get(caller.session_id or "")
@@ -212,6 +244,8 @@ def chat_sandbox(caller: Caller) -> str:
         running = selectors.running_sandbox_id(caller.principal, key)
         if running is not None:
             return str(running)
+    if not open_it:
+        raise NotFound("this chat has no open sandbox: run a command or call sandbox_open first")
     opened = services.open_sandbox(pipeline, caller.variables, caller.principal.actor)
     _remember(caller, str(opened.sandbox.pk))
     return str(opened.sandbox.pk)

@@ -10,6 +10,7 @@ from boxyard.actors import SYSTEM, Actor
 from sandboxes.services.closing import close_later, close_sandbox
 from sandboxes.services.compute import RunResult, run_code
 from sandboxes.services.execs import (
+    ExecRequest,
     ExecWatch,
     clean_request,
     exec_chunks,
@@ -22,6 +23,8 @@ from sandboxes.services.execs import (
     wait_exec,
 )
 from sandboxes.services.files import (
+    clean_link,
+    clean_mode,
     create_link,
     decoded_contents,
     delete_file,
@@ -52,12 +55,15 @@ from sandboxes.services.workspaces import WorkspaceUsage, workspace_usage
 __all__ = [
     "SYSTEM",
     "Actor",
+    "ExecRequest",
     "ExecWatch",
     "Opened",
     "ResetResult",
     "RunResult",
     "WorkspaceUsage",
     "boot",
+    "clean_link",
+    "clean_mode",
     "clean_request",
     "close_later",
     "close_sandbox",

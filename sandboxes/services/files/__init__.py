@@ -15,7 +15,7 @@ from sandboxes.services.files.archives import (
     open_archive,
 )
 from sandboxes.services.files.contents import decode_contents, decoded_contents
-from sandboxes.services.files.links import Link, UsedLink, create_link, use_link
+from sandboxes.services.files.links import Link, UsedLink, clean_link, create_link, use_link
 from sandboxes.services.files.listing import MAX_LIST_ENTRIES, FileEntry, list_files
 from sandboxes.services.files.operations import Written, delete_file, write_file
 from sandboxes.services.files.paths import NAME_MAX, PATH_MAX, clean_mode, workspace_path
@@ -42,6 +42,7 @@ __all__ = [
     "Link",
     "UsedLink",
     "Written",
+    "clean_link",
     "clean_mode",
     "create_link",
     "decode_contents",

@@ -63,10 +63,7 @@ def create_link(
     epoch: int | None = None,
 ) -> Link:
     """A link to `path` for `method`; an upload link needs the lease, as an upload does."""
-    target = workspace_path(path)
-    if method not in METHODS:
-        raise InvalidInput("method", f"must be one of {', '.join(METHODS)}")
-    seconds = _clean_expiry(expires_in_seconds)
+    target, method, seconds = clean_link(path, method, expires_in_seconds)
     with acting_on(
         sandbox, actor, "make a link", holder=holder, epoch=epoch, hold_lease=method == "PUT"
     ) as acting:
@@ -96,7 +93,7 @@ def create_link(
             method=method,
             expires_at=expires_at.isoformat(),
         )
-    return Link(token=token, path=target, method=str(method), expires_at=expires_at)
+    return Link(token=token, path=target, method=method, expires_at=expires_at)
 
 
 def use_link(token: str, method: str) -> UsedLink:
@@ -129,6 +126,15 @@ def use_link(token: str, method: str) -> UsedLink:
         epoch=int(claims["e"]),
         actor=actor,
     )
+
+
+def clean_link(path: object, method: object, expires_in_seconds: object) -> tuple[str, str, int]:
+    """A link's path, method and lifetime in seconds, or InvalidInput naming what is wrong
+    (nothing of the sandbox is needed to tell)."""
+    target = workspace_path(path)
+    if not isinstance(method, str) or method not in METHODS:
+        raise InvalidInput("method", f"must be one of {', '.join(METHODS)}")
+    return target, method, _clean_expiry(expires_in_seconds)
 
 
 def _clean_expiry(value: object) -> int:
