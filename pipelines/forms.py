@@ -14,6 +14,24 @@ from pipelines.models import Pipeline, SessionTemplate, Skill
 CUSTOM = "custom"
 
 
+def chosen_scope(preset: str | None, template: str | None) -> str:
+    """The one template the scope fields mean: the preset's, or what is typed under "Custom".
+
+    A typed template is never dropped for a preset: one that differs from the preset the select
+    shows is refused (the page's script keeps the two together, so only a page without it can
+    send both). Raises ValidationError naming what to do."""
+    typed = (template or "").strip()
+    if not preset or preset == CUSTOM:
+        if not typed:
+            raise forms.ValidationError(_("Write a template, or choose a preset."))
+        return typed
+    if typed and typed != preset:
+        raise forms.ValidationError(
+            _("This template is not the preset chosen: choose “Custom template” to save it.")
+        )
+    return preset
+
+
 class JSONText(forms.CharField):
     """A JSON value typed as text (environment variables, managed processes)."""
 
@@ -128,11 +146,12 @@ class PipelineForm(forms.ModelForm[Pipeline]):
             (preset.template, f"{preset.label(language)} — {preset.template}") for preset in presets
         ] + [(CUSTOM, _("Custom template"))]
         self.fields["scope_template"].required = False
-        current = (
-            self.instance.scope_template
-            if self.instance.pk
-            else next((p.template for p in presets if p.is_default), CUSTOM)
-        )
+        default = next((p.template for p in presets if p.is_default), None)
+        current = self.instance.scope_template
+        if not self.instance.pk and default:
+            current = default
+        # One choice in two fields: the template that is saved, and its preset if it is one.
+        self.initial["scope_template"] = current
         self.fields["scope_preset"].initial = current if current in self.presets else CUSTOM
         if self.instance.pk:
             self.fields["slug"].disabled = True
@@ -148,12 +167,13 @@ class PipelineForm(forms.ModelForm[Pipeline]):
     def clean(self) -> dict[str, Any]:
         super().clean()
         data = self.cleaned_data  # what a model form's `clean` returns
-        preset = data.get("scope_preset")
-        if preset and preset != CUSTOM:
-            data["scope_template"] = preset
-            self.instance.scope_template = preset
-        elif not data.get("scope_template"):
-            self.add_error("scope_template", _("Write a template, or choose a preset."))
+        try:
+            template = chosen_scope(data.get("scope_preset"), data.get("scope_template"))
+        except forms.ValidationError as error:
+            self.add_error("scope_template", error)
+        else:
+            data["scope_template"] = template
+            self.instance.scope_template = template
         return data
 
 

@@ -4,6 +4,7 @@ API tokens (a new token is shown once)."""
 from typing import Any
 
 from django.contrib import messages
+from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
@@ -13,7 +14,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from boxyard.errors import BoxyardError, InvalidInput
 from boxyard.web import admin_actor, staff_required
 from pipelines import scope, selectors, services
-from pipelines.forms import CUSTOM, PipelineForm, SkillForm
+from pipelines.forms import PipelineForm, SkillForm, chosen_scope
 from pipelines.mcp_config import mcp_connection
 from pipelines.models import Pipeline, Skill
 
@@ -81,13 +82,7 @@ def pipeline_edit(request: HttpRequest, slug: str | None = None) -> HttpResponse
             messages.success(request, _("Pipeline %(slug)s saved.") % {"slug": saved.slug})
             return redirect("pipeline", slug=saved.slug)
     context: dict[str, Any] = {"nav": "pipelines", "form": form, "pipeline": pipeline}
-    context.update(
-        _preview(
-            form["scope_template"].value()
-            if form["scope_preset"].value() == CUSTOM
-            else form["scope_preset"].value()
-        )
-    )
+    context.update(_preview(form["scope_preset"].value(), form["scope_template"].value()))
     if pipeline is not None:
         context["tokens"] = pipeline.tokens.order_by("-created_at")
         context["skills"] = pipeline.skills.order_by("name")
@@ -103,14 +98,19 @@ def pipeline_edit(request: HttpRequest, slug: str | None = None) -> HttpResponse
 def scope_preview(request: HttpRequest) -> HttpResponse:
     """The partial under the scope fields: the keys the template gives the sample chats, or
     the template's error, as the admin types."""
-    preset = request.GET.get("scope_preset", "")
-    template = request.GET.get("scope_template", "") if preset in ("", CUSTOM) else preset
-    return render(request, "pipelines/_scope_preview.html", _preview(template))
+    return render(
+        request,
+        "pipelines/_scope_preview.html",
+        _preview(request.GET.get("scope_preset"), request.GET.get("scope_template")),
+    )
 
 
-def _preview(template: str | None) -> dict[str, Any]:
-    if not template:
-        return {"preview_error": _("Write a template, or choose a preset."), "preview": []}
+def _preview(preset: str | None, typed: str | None) -> dict[str, Any]:
+    """The keys the template that Save would store gives the sample chats, or why it cannot."""
+    try:
+        template = chosen_scope(preset, typed)
+    except ValidationError as error:
+        return {"preview_error": " ".join(error.messages), "preview": []}
     try:
         scope.validate(template)
     except scope.TemplateError as error:

@@ -223,6 +223,56 @@ def watch_progress(page: Any) -> None:
     )
 
 
+@pytest.fixture
+def presets() -> list[str]:
+    """Two scope presets (a test before may have flushed the migrations' own), read before
+    the browser starts."""
+    from pipelines.models import SessionTemplate
+
+    for position, (slug, template) in enumerate(
+        [("chat", "{launcher_type}_{launcher_id}"), ("user", "{launcher_type}_{sender_id}")]
+    ):
+        SessionTemplate.objects.get_or_create(
+            template=template,
+            defaults={"slug": f"test-{slug}", "labels": {"en": slug}, "position": position},
+        )
+    return [preset.template for preset in SessionTemplate.objects.order_by("template")]
+
+
+def test_the_scope_fields_are_one_choice_and_save_what_they_show(
+    alice, presets, server, browser
+) -> None:
+    assert len(presets) >= 2
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.set_default_timeout(20_000)
+    log_in(page, server.url)
+    page.goto(f"{server.url}/pipelines/new")
+    template, select = page.locator("#id_scope_template"), page.locator("#id_scope_preset")
+    assert template.input_value() == select.input_value()  # the default preset, written out
+    for preset in presets:  # choosing a preset fills the template in
+        page.select_option("#id_scope_preset", preset)
+        assert template.input_value() == preset
+    page.fill("#id_scope_template", "{sender_id}")  # typing something else selects Custom
+    assert select.input_value() == "custom"
+    page.fill("#id_scope_template", presets[0])  # and typing a preset selects it
+    assert select.input_value() == presets[0]
+    page.fill("#id_slug", "one-truth")
+    page.fill("#id_image", settings.BOXYARD_TEST_IMAGE)
+    page.fill("#id_scope_template", "{nope}")
+    page.wait_for_selector("[data-testid=scope-error]:has-text('nope')")
+    page.click("form.pipeline-form button[type=submit]")
+    page.wait_for_selector(".errorlist:has-text('nope'), [role=alert]:has-text('nope')")
+    page.fill("#id_scope_template", "{sender_id}:{launcher_id}")
+    page.wait_for_selector("[data-testid=scope-key]:has-text('alice:42')")
+    page.click("form.pipeline-form button[type=submit]")
+    page.wait_for_selector("h2:has-text('API tokens')")
+    # The pipeline's page, read from what was saved, shows the scope that was typed.
+    assert page.url.endswith("/pipelines/one-truth/")
+    assert template.input_value() == "{sender_id}:{launcher_id}"
+    assert select.input_value() == "custom"
+    page.close()
+
+
 def test_a_1_gib_file_uploads_from_the_browser_with_its_progress(
     roomy: tuple[str, str], server: Server, browser: Any, tmp_path: Path
 ) -> None:

@@ -81,6 +81,36 @@ def test_a_pipeline_is_made_with_a_custom_scope(admin) -> None:
 
 
 @pytest.mark.django_db
+def test_the_scope_saved_is_the_scope_shown(admin) -> None:
+    """A template typed while the select still names a preset is neither dropped for the
+    preset nor saved behind its back: the preview and Save refuse it, and nothing is saved."""
+    form = admin.get("/pipelines/new").content.decode()
+    assert scope_field(form) == "{launcher_type}_{launcher_id}"  # the default preset, written out
+    mixed = {"scope_preset": "{launcher_type}_{launcher_id}", "scope_template": "{sender_id}"}
+    preview = admin.get("/pipelines/scope-preview", mixed).content.decode()
+    assert "not the preset chosen" in preview and 'data-testid="scope-key"' not in preview
+    refused = admin.post("/pipelines/new", _pipeline_form(slug="mixed", **mixed))
+    assert refused.status_code == 200 and "not the preset chosen" in refused.content.decode()
+    assert not Pipeline.objects.filter(slug="mixed").exists()
+    for typed in ("", "{launcher_type}_{launcher_id}"):  # the preset alone, or written out
+        preset = {"scope_preset": "{launcher_type}_{launcher_id}", "scope_template": typed}
+        preview = admin.get("/pipelines/scope-preview", preset).content.decode()
+        assert "group_42" in preview
+    saved = admin.post("/pipelines/new", _pipeline_form(slug="kept", scope_template=""))
+    assert saved.status_code == 302
+    page = admin.get("/pipelines/kept/").content.decode()
+    assert scope_field(page) == "{launcher_type}_{launcher_id}"
+
+
+def scope_field(page: str) -> str:
+    """The value of the page's scope template field."""
+    field = re.search(r'<input[^>]*name="scope_template"[^>]*>', page)
+    assert field, "no scope template field"
+    value = re.search(r'value="([^"]*)"', field[0])
+    return value[1] if value else ""
+
+
+@pytest.mark.django_db
 def test_a_bad_pipeline_is_refused_field_by_field_and_nothing_is_saved(admin, settings) -> None:
     answer = admin.post(
         "/pipelines/new",

@@ -2,7 +2,8 @@
 // the templates ask for with data attributes, since the Content-Security-Policy allows no
 // inline handler: `data-confirm` on a form asks before it is sent, `data-autosubmit` on a
 // field sends its form when it changes, `data-upload` on a form sends its file with a progress
-// bar, `data-copy` on a button copies the block beside it. The page's live parts arrive through htmx and its websocket extension.
+// bar, `data-copy` on a button copies the block beside it; the scope's preset and template
+// stay one choice. The page's live parts arrive through htmx and its websocket extension.
 (function () {
   "use strict";
 
@@ -136,6 +137,26 @@
   });
 
   setInterval(tick, 1000);
+  // The scope's two fields are one choice: a preset fills the template in; a template typed
+  // that is a preset selects it, and any other selects "Custom" (what Save stores is what shows).
+  document.addEventListener("change", function (event) {
+    var select = event.target;
+    if (select.id !== "id_scope_preset" || select.value === "custom") return;
+    var template = document.getElementById("id_scope_template");
+    if (template) template.value = select.value;
+  });
+  document.addEventListener("input", function (event) {
+    var template = event.target;
+    if (template.id !== "id_scope_template") return;
+    var select = document.getElementById("id_scope_preset");
+    if (!select) return;
+    var typed = template.value.trim();
+    var preset = Array.prototype.some.call(select.options, function (option) {
+      return option.value === typed && option.value !== "custom";
+    });
+    select.value = preset ? typed : "custom";
+  });
+
   // `data-copy`: the button copies the text of the block beside it.
   document.addEventListener("click", function (event) {
     var button = event.target.closest && event.target.closest("[data-copy]");
