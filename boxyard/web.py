@@ -7,7 +7,8 @@ from typing import Any
 from django import forms
 from django.contrib.auth.forms import AuthenticationForm
 from django.contrib.auth.views import redirect_to_login
-from django.http import HttpRequest, HttpResponseBase, HttpResponseForbidden
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponseBase
 from django.utils.translation import gettext_lazy as _
 
 from boxyard.actors import Actor
@@ -25,7 +26,7 @@ def staff_required(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpR
         if is_admin(request.user):
             return view(request, *args, **kwargs)
         if request.user.is_authenticated:
-            return HttpResponseForbidden("this dashboard is for staff only")
+            raise PermissionDenied("this dashboard is for staff only")  # the site's 403 page
         return redirect_to_login(request.get_full_path())
 
     return checked

@@ -273,6 +273,21 @@ def test_the_scope_fields_are_one_choice_and_save_what_they_show(
     page.close()
 
 
+def test_a_missing_page_is_a_page_of_the_site(alice, server, browser) -> None:
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.set_default_timeout(20_000)
+    log_in(page, server.url)
+    answer = page.goto(f"{server.url}/sandboxes/00000000-0000-4000-8000-000000000000/")
+    assert answer is not None and answer.status == 404
+    assert page.inner_text("[data-testid=error-title]") == "Not found"
+    assert page.is_visible("header nav a[href='/pipelines/']")
+    icon = page.get_attribute("link[rel=icon]", "href")
+    assert icon and httpx.get(f"{server.url}{icon}").status_code == 200
+    page.click("text=Back to the fleet")
+    page.wait_for_url(f"{server.url}/")
+    page.close()
+
+
 def test_a_1_gib_file_uploads_from_the_browser_with_its_progress(
     roomy: tuple[str, str], server: Server, browser: Any, tmp_path: Path
 ) -> None:

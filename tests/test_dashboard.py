@@ -37,6 +37,26 @@ def test_every_page_wants_an_admin(django_user_model) -> None:
 
 
 @pytest.mark.django_db
+def test_errors_are_pages_of_the_site(admin, django_user_model) -> None:
+    from django.test import RequestFactory
+    from django.views.defaults import server_error
+
+    missing = admin.get("/pipelines/no-such-pipeline/")
+    page = missing.content.decode()
+    assert missing.status_code == 404
+    assert 'data-testid="error-title">Not found<' in page
+    assert 'href="/pipelines/"' in page and 'rel="icon"' in page  # the navigation, the icon
+    visitor = Client()
+    visitor.force_login(django_user_model.objects.create_user("mallory", password="x"))
+    refused = visitor.get("/")
+    assert refused.status_code == 403
+    assert "administrators only" in refused.content.decode()
+    broken = server_error(RequestFactory().get("/"))
+    assert broken.status_code == 500
+    assert b"Something went wrong" in broken.content and b'rel="icon"' in broken.content
+
+
+@pytest.mark.django_db
 def test_only_administrators_can_log_in(django_user_model) -> None:
     django_user_model.objects.create_user("mallory", password="s3cret-pass")
     refused = Client().post("/login/", {"username": "mallory", "password": "s3cret-pass"})
