@@ -10,8 +10,11 @@ from django.db.models import Q, QuerySet
 from django.utils.translation import gettext as _
 
 from boxyard.errors import BoxyardError
+from sandboxes import live
 from sandboxes.models import Event, Exec, Sandbox, State
 from sandboxes.runtime import Usage, get_runtime
+from sandboxes.services.processes import read_processes
+from sandboxes.services.sessions import list_sessions
 from sandboxes.services.workspaces import WorkspaceUsage, workspace_usage
 
 FLEET_LIMIT = 500
@@ -82,12 +85,167 @@ def state_counts() -> dict[str, int]:
     return counts
 
 
-def sandbox_page(sandbox: Sandbox) -> dict[str, Any]:
-    return {
-        "sandbox": sandbox,
-        "events": Event.objects.filter(sandbox=sandbox).order_by("-created_at", "-id")[:100],
-        "execs": Exec.objects.filter(sandbox=sandbox).order_by("-started_at")[:50],
-    }
+def sandbox_page(
+    sandbox: Sandbox, admin_name: str, parts: frozenset[str] | set[str] = live.PARTS
+) -> dict[str, Any]:
+    """What the parts of a sandbox's page show, for the admin looking at it; only the parts
+    asked for are read (a push re-renders only what a change touched)."""
+    context: dict[str, Any] = {"sandbox": sandbox}
+    if live.STATUS in parts:
+        context["actions"] = sandbox_actions(sandbox, admin_name)
+    if live.EVENTS in parts:
+        context["events"] = Event.objects.filter(sandbox=sandbox).order_by("-created_at", "-id")[
+            :100
+        ]
+    if live.EXECS in parts:
+        context["execs"] = Exec.objects.filter(sandbox=sandbox).order_by("-started_at")[:50]
+    if live.PROCESSES in parts:
+        context.update(processes_of(sandbox))
+    if live.SESSIONS in parts:
+        context["sessions"] = sessions_of(sandbox)
+    return context
+
+
+@dataclass(frozen=True)
+class Action:
+    """A button of the sandbox page: what it does, whether it applies now (and why not), and
+    the question it asks before it acts (empty: it acts at once)."""
+
+    name: str
+    label: str
+    enabled: bool = True
+    reason: str = ""
+    confirm: str = ""
+    danger: bool = False
+
+
+def sandbox_actions(sandbox: Sandbox, admin_name: str) -> list[Action]:
+    """The sandbox page's actions as they apply to this sandbox, for this admin, now."""
+    key = sandbox.scope_key
+    holder = sandbox.lease.holder if hasattr(sandbox, "lease") else ""
+    mine = holder == f"admin:{admin_name}"
+    running = sandbox.state == State.RUNNING
+    gone = sandbox.state == State.DESTROYED
+    startable = sandbox.state in (State.RUNNING, State.STOPPED, State.ERROR, State.UNKNOWN)
+    not_running = _("The sandbox is %(state)s.") % {"state": sandbox.get_state_display()}
+    return [
+        Action(
+            "takeover",
+            _("Take over"),
+            enabled=not gone and not mine,
+            reason=_("You hold its lease already.") if mine else not_running if gone else "",
+            confirm=_(
+                "Take over %(key)s? Its lease becomes yours: the bot's calls that change it "
+                "are refused (423) until you release it."
+            )
+            % {"key": key},
+        ),
+        Action(
+            "release",
+            _("Release"),
+            enabled=bool(holder),
+            reason="" if holder else _("Nobody holds its lease."),
+            confirm=(
+                ""
+                if mine or not holder
+                else _("Release the lease of %(holder)s on %(key)s? Whoever calls next takes it.")
+                % {"holder": holder, "key": key}
+            ),
+        ),
+        Action(
+            "renew",
+            _("Renew"),
+            enabled=mine,
+            reason="" if mine else _("Only the holder renews a lease: take it over first."),
+        ),
+        Action(
+            "restart",
+            _("Restart") if running else _("Start"),
+            enabled=startable,
+            reason="" if startable else not_running,
+            confirm=_(
+                "Restart %(key)s? Its processes end and its container starts again; the "
+                "workspace stays."
+            )
+            % {"key": key}
+            if running
+            else "",
+        ),
+        Action(
+            "reset",
+            _("Reset"),
+            enabled=running,
+            reason="" if running else not_running,
+            confirm=_(
+                "End every process in %(key)s? Sessions and managed processes start again; "
+                "the files stay."
+            )
+            % {"key": key},
+        ),
+        Action(
+            "stop",
+            _("Stop (keep the workspace)"),
+            enabled=running,
+            reason="" if running else not_running,
+            confirm=_("Stop %(key)s? Its processes end; the workspace is kept.") % {"key": key},
+        ),
+        Action(
+            "destroy",
+            _("Destroy"),
+            enabled=not gone,
+            reason=not_running if gone else "",
+            confirm=_(
+                "Destroy %(key)s and its workspace? Its files are deleted and cannot be "
+                "brought back."
+            )
+            % {"key": key},
+            danger=True,
+        ),
+    ]
+
+
+def processes_of(sandbox: Sandbox) -> dict[str, Any]:
+    """The Processes panel: the pipeline's managed processes (read, none started) and the
+    background commands running."""
+    context: dict[str, Any] = {"background": running_background(sandbox), "processes": []}
+    try:
+        context["processes"] = read_processes(sandbox)
+    except BoxyardError as error:
+        context["processes_error"] = error.message
+    return context
+
+
+def sessions_of(sandbox: Sandbox) -> list[dict[str, Any]]:
+    """The shell sessions with their working directories now (none once destroyed)."""
+    try:
+        return list_sessions(sandbox)
+    except BoxyardError:
+        return []
+
+
+def declares_processes(sandbox_id: UUID | str) -> bool:
+    sandbox = Sandbox.objects.select_related("pipeline").filter(pk=sandbox_id).first()
+    return sandbox is not None and bool(sandbox.pipeline.processes)
+
+
+def processes_state(sandbox_id: UUID | str) -> list[tuple[Any, ...]] | None:
+    """What the Processes panel shows of the managed processes, to compare with an earlier
+    look (None: it cannot be read now)."""
+    sandbox = (
+        Sandbox.objects.select_related("pipeline")
+        .filter(pk=sandbox_id, state=State.RUNNING)
+        .first()
+    )
+    if sandbox is None:
+        return None
+    try:
+        processes = read_processes(sandbox)
+    except BoxyardError:
+        return None
+    return [
+        (p["name"], p["state"], p["generation"], p["restarts"], p["last_exit_code"])
+        for p in processes
+    ]
 
 
 def find_sessions(text: str) -> QuerySet[Sandbox]:

@@ -31,5 +31,22 @@ def record(
         detail=detail,
     )
     if sandbox is not None:
-        live.changed(sandbox.pk, sandbox.pipeline_id)
+        live.changed(sandbox.pk, sandbox.pipeline_id, touched_by(action))
     return event
+
+
+# The parts of a sandbox's page an event touches besides the events themselves, by the kind
+# of event (the word before the dot); a sandbox's own lifecycle touches every part.
+_TOUCHES: dict[str, frozenset[str]] = {
+    "lease": frozenset({live.STATUS}),
+    "session": frozenset({live.SESSIONS}),
+    "file": frozenset({live.FILES}),
+    "process": frozenset({live.PROCESSES}),
+    "terminal": frozenset({live.EXECS, live.SESSIONS}),
+}
+
+
+def touched_by(action: str) -> frozenset[str]:
+    """The parts of a sandbox's page that an event of `action` changes."""
+    kind = action.partition(".")[0]
+    return _TOUCHES.get(kind, live.PARTS) | {live.EVENTS}

@@ -1,9 +1,11 @@
 """The one publisher of live updates: "this sandbox changed", said after the change commits.
 
-Messages carry ids only; whoever listens (the dashboard's consumers) reads the rows again and
-renders the same partial a page load renders. Every lifecycle change goes through
-`sandboxes.services.events.record`, which calls `changed` here, so nothing is published twice
-by hand and nothing that records an event is left out.
+Messages carry ids only, and the parts of a sandbox's page that the change touched (`PARTS`);
+whoever listens (the dashboard's consumers) reads the rows again and renders the same partials
+a page load renders, those parts alone. Every lifecycle change goes through
+`sandboxes.events.record`, which calls `changed` here with the parts its kind of event touches,
+so nothing is published twice by hand and nothing that records an event is left out; a
+command's start and end, which are no events, are said by the exec service (`COMMAND`).
 
 Any thread may publish: from a request, a Celery task or the reconciler. With Redis (the
 distributed mode) the message goes to the channel layer from the calling thread; with the
@@ -15,6 +17,7 @@ import asyncio
 import logging
 import threading
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -24,6 +27,23 @@ from django.db import transaction
 log = logging.getLogger(__name__)
 
 FLEET = "fleet"
+
+# The parts of a sandbox's page, each re-rendered when a change touches it: its status and
+# lease (also its fleet row), commands, events, processes (managed and background), shell
+# sessions, and the file browser.
+STATUS, EXECS, EVENTS, PROCESSES, SESSIONS, FILES = (
+    "status",
+    "execs",
+    "events",
+    "processes",
+    "sessions",
+    "files",
+)
+PARTS = frozenset({STATUS, EXECS, EVENTS, PROCESSES, SESSIONS, FILES})
+# What a command's start or end touches: its row, the background commands, the session it
+# moved, and the files it may have written. Not the status: a fleet row hears it only as
+# activity, which the fleet page gathers (see consumers).
+COMMAND = frozenset({EXECS, PROCESSES, SESSIONS, FILES})
 
 _server_loop: asyncio.AbstractEventLoop | None = None
 _loop_lock = threading.Lock()
@@ -40,13 +60,15 @@ def serve_from(loop: asyncio.AbstractEventLoop) -> None:
         _server_loop = loop
 
 
-def changed(sandbox_id: object, pipeline_id: object = None) -> None:
-    """Say that a sandbox changed, once the current transaction commits."""
+def changed(sandbox_id: object, pipeline_id: object = None, parts: Iterable[str] = PARTS) -> None:
+    """Say that a sandbox changed, and which parts of its page, once the current transaction
+    commits."""
     # The id lets every consumer of a process render one message once (see consumers).
     message = {
         "type": "sandbox.changed",
         "sandbox": str(sandbox_id),
         "pipeline": pipeline_id,
+        "parts": sorted(PARTS.intersection(parts)),
         "id": uuid.uuid4().hex,
     }
     transaction.on_commit(lambda: _send([FLEET, sandbox_group(sandbox_id)], message), robust=True)

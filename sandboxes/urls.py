@@ -11,7 +11,6 @@ urlpatterns = [
     path("sandboxes/<uuid:sandbox_id>/files/upload", views.upload, name="sandbox-upload"),
     path("sandboxes/<uuid:sandbox_id>/files/archive", views.archive, name="sandbox-archive"),
     path("sandboxes/<uuid:sandbox_id>/files/delete", views.delete, name="sandbox-delete"),
-    path("sandboxes/<uuid:sandbox_id>/processes", views.processes, name="sandbox-processes"),
     path("sandboxes/<uuid:sandbox_id>/log", views.log, name="sandbox-log"),
     path("sandboxes/<uuid:sandbox_id>/run", views.run_command, name="sandbox-run"),
     path("sandboxes/<uuid:sandbox_id>/<slug:action>", views.sandbox_action, name="sandbox-action"),

@@ -15,6 +15,8 @@ from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.shortcuts import redirect, render
 from django.template.defaultfilters import filesizeformat
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.views.decorators.http import (
     require_GET,
@@ -58,18 +60,21 @@ def destroy_many(request: HttpRequest) -> HttpResponse:
     """Bulk destroy: each sandbox is destroyed by a worker, as this admin; the rows change as
     they go."""
     chosen = [pk for pk in map(_uuid, request.POST.getlist("sandbox")) if pk is not None]
+    if not chosen:
+        messages.info(request, _("No sandbox was selected: nothing was destroyed."))
+        return redirect(_back_to_fleet(request))
     count = services.close_later(
         chosen, admin_actor(request), delete_workspace=True, reason=StopReason.ADMIN
     )
     messages.info(request, _("%(count)d sandboxes are being destroyed.") % {"count": count})
-    return redirect(request.POST.get("next") or "fleet")
+    return redirect(_back_to_fleet(request))
 
 
 @staff_required
 @require_GET
 def sandbox_detail(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
     sandbox = _sandbox(request, sandbox_id)
-    context = {"nav": "fleet", **dashboard.sandbox_page(sandbox)}
+    context = {"nav": "fleet", **dashboard.sandbox_page(sandbox, request.user.get_username())}
     return render(request, "sandboxes/sandbox.html", context)
 
 
@@ -84,22 +89,27 @@ def sandbox_action(request: HttpRequest, sandbox_id: UUID, action: str) -> HttpR
         raise Http404(f"no action {action}")
     sandbox = _sandbox(request, sandbox_id)
     actor = admin_actor(request)
+    key = sandbox.scope_key
     try:
         if action == "takeover":
             services.takeover_lease(sandbox, actor, reason=request.POST.get("reason", "")[:200])
+            done = _(
+                "You hold the lease of %(key)s: the bot's changes are refused until you release it."
+            ) % {"key": key}
         elif action == "release":
             services.release_lease(sandbox, actor, force=True)
+            done = _("The lease of %(key)s is free: the next caller takes it.") % {"key": key}
         elif action == "renew":
             services.renew_lease(sandbox, actor, holder=str(actor))
+            done = _("Your lease of %(key)s is renewed.") % {"key": key}
         elif action == "restart":
             services.restart_sandbox(sandbox, actor)
+            done = _("%(key)s started again; its workspace is as it was.") % {"key": key}
         elif action == "reset":
             reset = services.reset_sandbox(
                 sandbox, actor, reason=request.POST.get("reason", "")[:200], force=True
             )
-            messages.success(
-                request, _("Reset: %(count)s processes ended.") % {"count": reset.killed}
-            )
+            done = _("Reset: %(count)s processes ended.") % {"count": reset.killed}
         else:
             services.close_sandbox(
                 sandbox,
@@ -108,6 +118,12 @@ def sandbox_action(request: HttpRequest, sandbox_id: UUID, action: str) -> HttpR
                 reason=StopReason.ADMIN,
                 force=True,
             )
+            done = (
+                _("%(key)s is destroyed, with its workspace.")
+                if action == "destroy"
+                else _("%(key)s is stopped; its workspace is kept.")
+            ) % {"key": key}
+        messages.success(request, done)
     except BoxyardError as error:
         messages.error(request, error.message)
     return redirect("sandbox", sandbox_id=sandbox.pk)
@@ -121,6 +137,16 @@ def sessions(request: HttpRequest) -> HttpResponse:
     return render(
         request, "sandboxes/sessions.html", {"nav": "sessions", "q": text, "found": found}
     )
+
+
+def _back_to_fleet(request: HttpRequest) -> str:
+    """The fleet view the form was sent from (`next`), if it is a page of this site."""
+    wanted = request.POST.get("next") or ""
+    if wanted and url_has_allowed_host_and_scheme(
+        wanted, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return wanted
+    return reverse("fleet")
 
 
 def _sandbox(request: HttpRequest, sandbox_id: object) -> Sandbox:
@@ -186,7 +212,12 @@ def files(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
     """A directory of the workspace (the partial the file browser swaps in), or a text file."""
     sandbox = _sandbox(request, sandbox_id)
     path = request.GET.get("path") or "/workspace"
-    context: dict[str, Any] = {"sandbox": sandbox, "path": path, "parent": "/workspace"}
+    context: dict[str, Any] = {
+        "sandbox": sandbox,
+        "path": path,
+        "parent": "/workspace",
+        "url": request.get_full_path(),  # what the browser fetches again when files change
+    }
     try:
         path = context["path"] = services.workspace_path(path)
         context["parent"] = posixpath.dirname(path)
@@ -285,22 +316,6 @@ def delete(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
 
 @staff_required
 @require_GET
-def processes(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
-    """The pipeline's managed processes and the background commands running in the sandbox."""
-    sandbox = _sandbox(request, sandbox_id)
-    context: dict[str, Any] = {
-        "sandbox": sandbox,
-        "background": dashboard.running_background(sandbox),
-    }
-    try:
-        context["processes"] = services.list_processes(sandbox)
-    except BoxyardError as error:
-        context["processes"], context["error"] = [], error.message
-    return render(request, "sandboxes/_processes.html", context)
-
-
-@staff_required
-@require_GET
 def log(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
     """New output of a managed process (`process`) or a background command (`exec`) after
     `since`, appended to the log on the page; the poller comes back with the next position."""
@@ -334,13 +349,21 @@ def log(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
 @staff_required
 @require_POST
 def run_command(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
-    """A command run by the admin, who must hold the lease; it joins the history as theirs."""
+    """A command run by the admin, who must hold the lease; it joins the history as theirs.
+    From the page's script the answer is its outcome alone, shown under the form (the page
+    stays as it is: an open terminal too); without it, the page again with the exit code."""
     sandbox = _sandbox(request, sandbox_id)
     actor = admin_actor(request)
+    context: dict[str, Any] = {}
     try:
         exec_request = services.clean_request(sandbox, cmd=request.POST.get("cmd", ""))
-        record = services.run_exec(sandbox, exec_request, actor, holder=str(actor))
-        messages.info(request, _("Exit code %(code)s.") % {"code": record.exit_code})
+        context["record"] = services.run_exec(sandbox, exec_request, actor, holder=str(actor))
     except BoxyardError as error:
-        messages.error(request, error.message)
+        context["error"] = error.message
+    if request.htmx:  # type: ignore[attr-defined]  # set by django-htmx's middleware
+        return render(request, "sandboxes/_run_result.html", context)
+    if "record" in context:
+        messages.info(request, _("Exit code %(code)s.") % {"code": context["record"].exit_code})
+    else:
+        messages.error(request, context["error"])
     return redirect("sandbox", sandbox_id=sandbox.pk)

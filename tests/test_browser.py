@@ -11,9 +11,7 @@ from `BOXYARD_SCREENSHOTS=docs/screenshots bin/test tests/test_browser.py`).
 
 import hashlib
 import os
-import shutil
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,61 +22,13 @@ from django.conf import settings
 from pipelines.models import PipelineToken
 from sandboxes import services
 from sandboxes.services import Actor
+from tests.browsers import BROWSER, alice, browser, confirm, log_in, server, shoot  # noqa: F401
 from tests.conftest import CHAT
-from tests.servers import Server, served
+from tests.servers import Server
 
-pytestmark = [
-    pytest.mark.docker,
-    pytest.mark.browser,
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(
-        not shutil.which("chromium"), reason="needs Debian's chromium (bin/test installs it)"
-    ),
-]
+pytestmark = BROWSER
 
 REPO = Path(__file__).resolve().parents[1]
-PASSWORD = "a-long-test-password"
-
-
-@pytest.fixture
-def server(tmp_path: Path, docker_engine: Any) -> Iterator[Server]:
-    with served(tmp_path) as running:
-        yield running
-
-
-@pytest.fixture
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(
-            executable_path=shutil.which("chromium"), args=["--no-sandbox"]
-        )
-        yield chromium
-        chromium.close()
-
-
-def shoot(page: Any, name: str) -> None:
-    folder = os.environ.get("BOXYARD_SCREENSHOTS")
-    if folder:
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(Path(folder) / f"{name}.png"), full_page=True)
-
-
-@pytest.fixture
-def alice(django_user_model: Any) -> Any:
-    """The admin; made before the browser starts (Playwright runs an event loop in this
-    thread, where Django refuses database calls)."""
-    return django_user_model.objects.create_user("alice", password=PASSWORD, is_staff=True)
-
-
-def log_in(page: Any, url: str, path: str = "/") -> None:
-    """Log in as alice, from `path`, and land on the fleet."""
-    page.goto(f"{url}{path}")
-    page.fill("input[name=username]", "alice")
-    page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_selector("h1:has-text('Fleet')")
 
 
 def test_an_admin_steps_in_and_hands_back(alice, server, browser, tmp_path) -> None:
@@ -135,6 +85,7 @@ def test_an_admin_steps_in_and_hands_back(alice, server, browser, tmp_path) -> N
     page.wait_for_selector("[data-testid=log]:has-text('tick-1')")
     page.wait_for_selector("[data-testid=log]:has-text('tick-6')")  # it follows the output
     page.click("button:has-text('Take over')")
+    confirm(page, saying="group_42_alice")
     page.wait_for_selector("[data-testid=lease]:has-text('admin:alice')")
     refused = bot.post(f"/sandboxes/{sandbox_id}/exec", json={"cmd": "true"})
     assert refused.status_code == 423 and "admin:alice" in refused.json()["error"]["message"]
@@ -317,6 +268,7 @@ def test_a_1_gib_file_uploads_from_the_browser_with_its_progress(
     assert page.is_hidden("[data-testid=upload-progress]")  # nothing was written
 
     page.click("button:has-text('Take over')")
+    confirm(page)
     page.wait_for_selector("[data-testid=lease]:has-text('admin:alice')")
     page.wait_for_selector("[data-testid=upload]")
     watch_progress(page)

@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 from channels.db import database_sync_to_async
-from channels.testing import WebsocketCommunicator
 from django.test import Client
 
 from pipelines.models import Pipeline, PipelineToken
 from sandboxes import services
 from sandboxes.models import Event, Exec, Sandbox, State
 from tests.conftest import CHAT
+from tests.websockets import websocket
 
 OTHER = {"launcher_type": "group", "launcher_id": "other"}
 
@@ -318,25 +318,12 @@ def test_sessions_find_a_chats_sandboxes_and_what_ran_there(
 # --- websockets ---------------------------------------------------------------------------------
 
 
-def _communicator(path: str, client: Client | None, **cookies: str) -> WebsocketCommunicator:
-    from config.asgi import application
-
-    headers = [(b"origin", b"http://testserver"), (b"host", b"testserver")]
-    if client is not None:
-        cookies["sessionid"] = client.cookies["sessionid"].value
-    if cookies:
-        headers.append(
-            (b"cookie", "; ".join(f"{name}={value}" for name, value in cookies.items()).encode())
-        )
-    return WebsocketCommunicator(application, path, headers=headers)
-
-
 @pytest.mark.django_db(transaction=True)
 def test_websockets_are_for_admins_from_our_own_origin(django_user_model) -> None:
     async def attempt(
         path: str, client: Client | None, origin: bytes = b"http://testserver"
     ) -> Any:
-        communicator = _communicator(path, client)
+        communicator = websocket(path, client)
         communicator.scope["headers"] = [
             (name, origin if name == b"origin" else value)
             for name, value in communicator.scope["headers"]
@@ -361,7 +348,7 @@ def test_the_fleet_websocket_pushes_a_new_sandbox_then_its_changes(
     admin, pipeline, bot, docker_engine
 ) -> None:
     async def scenario() -> list[str]:
-        communicator = _communicator("/ws/fleet/?state=live", admin)
+        communicator = websocket("/ws/fleet/?state=live", admin)
         connected, _ = await communicator.connect()
         assert connected
         first = await communicator.receive_from(timeout=10)
@@ -408,7 +395,7 @@ def test_fleet_pages_share_one_read_of_a_change_and_keep_their_own_filters(
 
     async def scenario() -> tuple[list[str], list[str | None]]:
         pages = [
-            _communicator(f"/ws/fleet/?{query}", admin)
+            websocket(f"/ws/fleet/?{query}", admin)
             for query in (
                 "state=live",
                 "pipeline=billing",
@@ -451,7 +438,7 @@ def test_a_fleet_sample_redraws_the_charts_and_totals(admin, pipeline) -> None:
     from sandboxes.services.sampling import sample_fleet
 
     async def scenario() -> str:
-        communicator = _communicator("/ws/fleet/?state=live", admin)
+        communicator = websocket("/ws/fleet/?state=live", admin)
         assert (await communicator.connect())[0]
         await communicator.receive_from(timeout=10)
         await database_sync_to_async(sample_fleet)()
@@ -472,7 +459,7 @@ def test_the_sandbox_websocket_renders_in_the_admins_language(
     sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
 
     async def scenario() -> str:
-        communicator = _communicator(f"/ws/sandboxes/{sandbox.pk}/", admin, django_language="fr")
+        communicator = websocket(f"/ws/sandboxes/{sandbox.pk}/", admin, django_language="fr")
         await communicator.connect()
         message = await communicator.receive_from(timeout=10)
         await communicator.disconnect()
@@ -503,7 +490,7 @@ def test_two_admins_get_their_own_pushes(django_user_model, pipeline, bot, docke
     async def scenario() -> dict[str, str]:
         communicators = {}
         for name, client in clients.items():
-            communicator = _communicator(
+            communicator = websocket(
                 f"/ws/sandboxes/{sandbox.pk}/", client, csrftoken=secrets[name]
             )
             assert (await communicator.connect())[0]

@@ -107,28 +107,25 @@ def _render(info: dict[str, Any], declared: dict[str, Any]) -> dict[str, Any]:
 
 
 def list_processes(sandbox: Sandbox) -> list[dict[str, Any]]:
-    """The pipeline's processes in this sandbox, as they are now."""
+    """The pipeline's processes in this sandbox, as they are now; any that is not running is
+    started first (the bot API's list)."""
+    if _declared(sandbox) and sandbox.state == State.RUNNING and sandbox.agent:
+        start_declared(sandbox)
+    return read_processes(sandbox)
+
+
+def read_processes(sandbox: Sandbox) -> list[dict[str, Any]]:
+    """The pipeline's processes in this sandbox as they are now, starting none (what the
+    dashboard shows)."""
     declared = _declared(sandbox)
     if not declared:
         return []
     if sandbox.state != State.RUNNING or not sandbox.agent:
-        return [
-            {
-                "name": name,
-                "state": "stopped",
-                "generation": 0,
-                "restarts": 0,
-                "pid": None,
-                "last_exit_code": None,
-                "backoff_ms": 0,
-                "cmd": process["cmd"],
-            }
-            for name, process in declared.items()
-        ]
-    agent = channel(sandbox.container_id)
-    start_declared(sandbox, agent)
-    live = _live(agent)
-    return [_render(live[name], declared[name]) for name in declared if name in live]
+        return [_render({"state": "stopped"}, process) for process in declared.values()]
+    live = _live(channel(sandbox.container_id))
+    return [
+        _render(live.get(name, {"state": "stopped"}), process) for name, process in declared.items()
+    ]
 
 
 def _process(sandbox: Sandbox, name: str, agent: AgentChannel) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 // Boxyard's own script: live countdowns for deadlines (lease, idle, time to live), and what
 // the templates ask for with data attributes, since the Content-Security-Policy allows no
-// inline handler: `data-confirm` on a form asks before it is sent, `data-autosubmit` on a
+// inline handler: `data-confirm` on a form asks in a dialog before it is sent, `data-autosubmit` on a
 // field sends its form when it changes, `data-upload` on a form sends its file with a progress
 // bar, `data-copy` on a button copies the block beside it; the scope's preset and template
 // stay one choice. The page's live parts arrive through htmx and its websocket extension.
@@ -24,9 +24,51 @@
   }
 
   // Listeners on the document, so that forms swapped in later by htmx are covered too.
+  // `data-confirm` asks in the page's dialog (base.html) and sends the form only once the
+  // admin confirms; `data-count="NAME"` counts the ticked boxes NAME: none, and nothing is
+  // sent; one, `data-confirm-one` is asked; more, `data-confirm` with {count} filled in.
+  function question(form) {
+    var name = form.getAttribute("data-count");
+    if (!name) return form.getAttribute("data-confirm");
+    var count = form.querySelectorAll("input[name='" + name + "']:checked").length;
+    if (count === 0) return null;
+    if (count === 1 && form.hasAttribute("data-confirm-one")) return form.getAttribute("data-confirm-one");
+    return form.getAttribute("data-confirm").replace("{count}", count.toLocaleString(document.documentElement.lang || undefined));
+  }
+
+  function ask(form, submitter) {
+    var dialog = document.getElementById("confirm-dialog");
+    var text = question(form);
+    if (text === null) return; // nothing to act on
+    if (!dialog || !dialog.showModal) {
+      if (window.confirm(text)) send(form, submitter);
+      return;
+    }
+    dialog.querySelector("[data-question]").textContent = text;
+    var yes = dialog.querySelector("[data-yes]");
+    yes.textContent = form.getAttribute("data-confirm-button") || yes.getAttribute("data-default");
+    yes.classList.toggle("danger", !!(submitter && submitter.classList.contains("danger")));
+    dialog.returnValue = "";
+    dialog.onclose = function () {
+      if (dialog.returnValue === "yes") send(form, submitter);
+    };
+    dialog.showModal();
+  }
+
+  function send(form, submitter) {
+    form.setAttribute("data-confirmed", "");
+    if (form.requestSubmit) form.requestSubmit(submitter || undefined); else form.submit();
+  }
+
   document.addEventListener("submit", function (event) {
-    var question = event.target.getAttribute && event.target.getAttribute("data-confirm");
-    if (question && !window.confirm(question)) event.preventDefault();
+    var form = event.target;
+    if (!form.hasAttribute || !form.hasAttribute("data-confirm")) return;
+    if (form.hasAttribute("data-confirmed")) {
+      form.removeAttribute("data-confirmed");
+      return;
+    }
+    event.preventDefault();
+    ask(form, event.submitter);
   });
   document.addEventListener("change", function (event) {
     var field = event.target;
@@ -165,6 +207,31 @@
     navigator.clipboard.writeText(block.textContent).then(function () {
       button.setAttribute("data-copied", "");
     });
+  });
+
+  // A change of the sandbox's files, said over the page's websocket (`#files-stale`): the
+  // file browser fetches again what it shows, the directory or the file.
+  var filesStale = false;
+  document.addEventListener("htmx:oobBeforeSwap", function (event) {
+    var target = event.detail && event.detail.target;
+    if (!target || target.id !== "files-stale" || !window.htmx || filesStale) return;
+    filesStale = true;
+    setTimeout(function () {
+      filesStale = false;
+      var view = document.getElementById("files-view");
+      var url = view && view.getAttribute("data-url");
+      if (!url) return;
+      var form = view.querySelector("form[data-upload]");
+      // An upload under way refreshes the view itself when it ends; what an ended one said
+      // stays said in the new view.
+      if (form && form.querySelector("button[disabled]")) return;
+      var done = form ? form.querySelector("[data-upload-done]").textContent : "";
+      var failed = form ? form.querySelector("[data-upload-error]").textContent : "";
+      htmx.ajax("GET", url, { target: "#files-view", swap: "outerHTML" }).then(function () {
+        var again = document.querySelector("#files-view form[data-upload]");
+        if (again && (done || failed)) say(again, done, failed);
+      });
+    }, 0);
   });
 
   document.addEventListener("DOMContentLoaded", tick);

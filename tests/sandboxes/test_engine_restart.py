@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
 def test_an_engine_restart_loses_no_workspace(
     make_pipeline,
     bot,
-    on_second_engine,  # noqa: F811 - the fixture
+    on_second_engine,
 ) -> None:
     """A persistent sandbox's files are in its workspace, not in its container: the restart
     stops the container, the reconciler finds it lost, and the next open starts a new

@@ -21,6 +21,7 @@ from django.test import Client
 
 from sandboxes import services
 from tests.conftest import CHAT
+from tests.servers import Server
 
 REPO = Path(__file__).resolve().parents[2]
 # The only sources any directive may name: the site itself, or nothing.
@@ -145,7 +146,7 @@ def test_no_template_holds_an_inline_script_or_handler() -> None:
 
 # --- in a real browser, which enforces the policy -------------------------------------------------
 
-from tests.test_browser import PASSWORD, Server, browser, log_in, server  # noqa: E402,F401  (fixtures)
+from tests.browsers import PASSWORD, browser, confirm, log_in, server  # noqa: E402,F401  (fixtures)
 
 
 @pytest.fixture
@@ -161,8 +162,8 @@ def admin_user(django_user_model: Any) -> Any:
 )
 def test_chromium_reports_no_violation_and_the_handlers_still_work(
     admin_user: Any,
-    server: Server,  # noqa: F811 - the imported fixture
-    browser: Any,  # noqa: F811 - the imported fixture
+    server: Server,
+    browser: Any,
 ) -> None:
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     page.set_default_timeout(20_000)
@@ -203,27 +204,21 @@ def test_chromium_reports_no_violation_and_the_handlers_still_work(
     page.select_option("select[name=state]", "running")
     page.wait_for_url("**state=running**")
 
-    # Destroying asks first; saying no leaves the sandbox alone.
-    asked: list[str] = []
-
-    def dismiss(dialog: Any) -> None:
-        asked.append(dialog.message)
-        dialog.dismiss()
-
-    page.on("dialog", dismiss)
+    # Destroying asks first (in the page's own dialog, a handler in boxyard.js); saying no
+    # leaves the sandbox alone.
     filtered = page.url
     page.check(f"#sandbox-{sandbox_id} input[type=checkbox]")
     page.click("button:has-text('Destroy selected')")
+    confirm(page, saying="Destroy the selected sandbox", answer=False)
     page.wait_for_timeout(500)
-    assert asked and "Destroy" in asked[0], asked
     assert page.url == filtered, page.url  # not sent
-    page.remove_listener("dialog", dismiss)
 
     # The sandbox page: its live parts, its terminal (colours included), its files.
     page.goto(f"{server.url}/sandboxes/{sandbox_id}/")
     page.wait_for_selector("[data-testid=usage]:has-text('memory')")
     page.wait_for_selector("#files-view table")
     page.click("button:has-text('Take over')")
+    confirm(page)
     page.wait_for_selector("[data-testid=lease]:has-text('admin:alice')")
     page.click("#terminal-open")
     # Whatever the shell says arrived over the terminal's websocket (connect-src 'self').

@@ -1,7 +1,7 @@
 """An exec's end, recorded once: from the agent's report, from a one-shot engine exec, or as
 a failure. Only the first report counts (a conditional update on `running`), so the request
 that waited for it, a watcher thread and a later reader can all try. An end is activity of the
-sandbox, and counted."""
+sandbox, and counted; its start and its end are said to the open dashboards (`announce`)."""
 
 from typing import Any
 
@@ -9,7 +9,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from boxyard.errors import NotFound
-from sandboxes import metrics
+from sandboxes import live, metrics
 from sandboxes.models import Exec, ExecState, Sandbox
 from sandboxes.runtime import answers
 from sandboxes.runtime.agent import channel
@@ -114,13 +114,21 @@ def forgotten(record: Exec) -> Exec:
                 error="the sandbox's agent no longer knows this exec (the sandbox restarted)",
                 finished_at=timezone.now(),
             )
+            announce(record)
         record.refresh_from_db()
     return record
 
 
+def announce(record: Exec) -> None:
+    """Say that a command started or ended, once the transaction commits: the open pages of
+    its sandbox show it (its row, the background commands, its session, the files)."""
+    live.changed(record.sandbox_id, None, live.COMMAND)
+
+
 def _ended(record: Exec, state: ExecState, duration_ms: int | None) -> None:
     """An exec's end: activity of its sandbox (through the loaded sandbox when there is one,
-    which knows when it was last stamped), and counted."""
+    which knows when it was last stamped), counted, and said."""
+    announce(record)
     sandbox: Sandbox | None
     if Exec.sandbox.is_cached(record) and Sandbox.pipeline.is_cached(record.sandbox):
         sandbox = record.sandbox

@@ -33,7 +33,7 @@ from sandboxes.runtime import answers, get_runtime
 from sandboxes.runtime.agent import AgentChannel, channel
 from sandboxes.scripts import BAD_CWD
 from sandboxes.services import containers
-from sandboxes.services.execs.ending import fail, finish_from_status
+from sandboxes.services.execs.ending import announce, fail, finish_from_status
 from sandboxes.services.execs.oneshot import DEADLINE_GRACE_SECONDS, run_one_shot
 from sandboxes.services.execs.requests import ExecRequest
 
@@ -96,6 +96,7 @@ def run_exec(
             timeout_seconds=request.timeout_seconds or 0,
         )
         # Activity is stamped when the exec ends; while it runs, the running row is activity.
+        announce(record)
     if watch is not None:
         watch.started(record)
     if engine:

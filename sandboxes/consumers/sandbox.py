@@ -1,0 +1,112 @@
+"""A sandbox's page over its websocket: each change re-renders the parts of the page it
+touched (`sandboxes.live.PARTS`) with the partials a page load renders; the CPU, memory and
+workspace readings come every USAGE_SECONDS, and the managed processes, which the agent
+restarts on its own, are looked at every PROCESSES_SECONDS while the page is open."""
+
+import asyncio
+import uuid
+from typing import Any
+
+from channels.db import database_sync_to_async
+from django.utils import translation
+from django.utils.html import escape
+
+from sandboxes import dashboard, live
+from sandboxes.consumers.base import DashboardConsumer
+
+# Which partial shows which part of the page (the files are the browser's to fetch again).
+PARTIALS = {
+    live.STATUS: "sandboxes/_sandbox_status.html",
+    live.EXECS: "sandboxes/_execs.html",
+    live.EVENTS: "sandboxes/_events.html",
+    live.PROCESSES: "sandboxes/_processes.html",
+    live.SESSIONS: "sandboxes/_sessions.html",
+}
+
+
+class SandboxConsumer(DashboardConsumer):
+    """One sandbox's page. Changes that come while a render is under way are gathered into
+    the next one, so a burst of commands costs a few renders, each of the parts last touched."""
+
+    USAGE_SECONDS = 2.0
+    PROCESSES_SECONDS = 0.5
+
+    async def connect(self) -> None:
+        self.sandbox_id = str(self.scope["url_route"]["kwargs"]["sandbox_id"])
+        self.pending: set[str] = set()
+        self.rendering: asyncio.Task[None] | None = None
+        self.tasks: list[asyncio.Task[None]] = []
+        await super().connect()
+        if not self.admitted:
+            return
+        self.tasks = [asyncio.create_task(self.report_usage())]
+        if await database_sync_to_async(dashboard.declares_processes)(self.sandbox_id):
+            self.tasks.append(asyncio.create_task(self.watch_processes()))
+
+    async def disconnect(self, code: int) -> None:
+        for task in [*self.tasks, self.rendering]:
+            if task is not None:
+                task.cancel()
+        await super().disconnect(code)
+
+    def joined_groups(self) -> list[str]:
+        return [live.sandbox_group(self.sandbox_id)]
+
+    def first_render(self) -> str:
+        return self.render_parts(set(PARTIALS))
+
+    async def sandbox_changed(self, message: dict[str, Any]) -> None:
+        self.pending.update(message.get("parts", live.PARTS))
+        if self.rendering is None or self.rendering.done():
+            self.rendering = asyncio.create_task(self.send_changes())
+
+    async def send_changes(self) -> None:
+        while self.pending:
+            parts, self.pending = self.pending, set()
+            await self.send_html(await database_sync_to_async(self.render_parts)(parts))
+
+    def render_parts(self, parts: set[str]) -> str:
+        sandbox = dashboard.fleet_row(self.sandbox_id)
+        if sandbox is None:
+            return ""
+        with translation.override(self.language):  # the actions' words, as the page says them
+            context = dashboard.sandbox_page(sandbox, self.admin_name, parts)
+        html = [self.render(PARTIALS[part], context) for part in PARTIALS if part in parts]
+        if live.FILES in parts:
+            # The file browser fetches what it shows again (see boxyard.js).
+            html.append(
+                f'<div id="files-stale" hidden hx-swap-oob="true" data-at="{uuid.uuid4().hex}">'
+                "</div>"
+            )
+        return "".join(html)
+
+    async def report_usage(self) -> None:
+        previous = None
+        while True:
+            reading = await database_sync_to_async(dashboard.usage_of)(self.sandbox_id)
+            workspace = await database_sync_to_async(dashboard.workspace_of)(self.sandbox_id)
+            await self.send_html(self.render_usage(reading, previous, workspace))
+            previous = reading
+            await asyncio.sleep(self.USAGE_SECONDS)
+
+    def render_usage(self, reading: Any, previous: Any, workspace: Any = None) -> str:
+        with translation.override(self.language):
+            text = dashboard.usage_text(reading, previous, workspace)
+        return (
+            f'<p id="usage" class="usage" data-testid="usage" hx-swap-oob="true">{escape(text)}</p>'
+        )
+
+    async def watch_processes(self) -> None:
+        """A managed process that dies and is started again by the agent says nothing: its
+        state is read while the page is open, and the panel re-rendered when it moved."""
+        seen = None
+        while True:
+            # In a thread of its own: the database's one thread is the pages' renders'.
+            state = await database_sync_to_async(dashboard.processes_state, thread_sensitive=False)(
+                self.sandbox_id
+            )
+            if state is not None and seen is not None and state != seen:
+                await self.sandbox_changed({"parts": [live.PROCESSES]})
+            if state is not None:
+                seen = state
+            await asyncio.sleep(self.PROCESSES_SECONDS)

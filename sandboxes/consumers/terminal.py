@@ -1,0 +1,116 @@
+"""A terminal in a sandbox, over a websocket, for an admin holding its lease."""
+
+import asyncio
+import json
+import time
+from typing import Any
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+
+from boxyard.actors import Actor
+from boxyard.errors import BoxyardError
+from boxyard.web import is_admin, parse_int
+from sandboxes import dashboard
+from sandboxes.consumers.base import REFUSED
+from sandboxes.services import terminal as terminal_service
+
+
+class TerminalConsumer(AsyncWebsocketConsumer):
+    """A terminal in a sandbox for an admin holding its lease.
+
+    The browser sends JSON ({"type": "input", "data": "..."} or {"type": "resize", "cols",
+    "rows"}); the terminal's screen comes back as binary frames. The pseudo-terminal's socket is
+    read and written on the event loop, so a terminal costs no thread while it is quiet.
+    """
+
+    TRANSCRIPT_BYTES = 1024 * 1024
+    ACTIVITY_SECONDS = 5.0
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not is_admin(user):
+            await self.close(code=REFUSED)
+            return
+        self.actor = Actor("admin", user.get_username())
+        self.sandbox_id = str(self.scope["url_route"]["kwargs"]["sandbox_id"])
+        self.terminal: Any = None
+        self.transcript = bytearray()
+        self.last_activity = 0.0
+        await self.accept()
+        query = {
+            key: values[-1] for key, values in parse_qs(self.scope["query_string"].decode()).items()
+        }
+        sandbox = await database_sync_to_async(dashboard.fleet_row)(self.sandbox_id)
+        if sandbox is None:
+            await self.refuse("no such sandbox")
+            return
+        try:
+            self.terminal, self.record = await database_sync_to_async(
+                terminal_service.open_terminal
+            )(
+                sandbox,
+                self.actor,
+                cols=parse_int(query.get("cols")),
+                rows=parse_int(query.get("rows")),
+            )
+        except BoxyardError as error:
+            await self.refuse(error.message)
+            return
+        self.socket = self.terminal.socket
+        self.socket.setblocking(False)
+        self.pump = asyncio.create_task(self.relay_screen())
+
+    async def refuse(self, why: str) -> None:
+        await self.send(text_data=f"\r\n\x1b[31m{why}\x1b[0m\r\n")
+        await self.close(code=REFUSED)
+
+    async def relay_screen(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                data = await loop.sock_recv(self.socket, 65536)
+                if not data:
+                    break
+                self.transcript += data
+                del self.transcript[: max(0, len(self.transcript) - self.TRANSCRIPT_BYTES)]
+                await self.send(bytes_data=data)
+        except OSError:
+            pass
+        await self.close()
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if self.terminal is None:
+            return
+        try:
+            message = json.loads(text_data or "{}")
+        except ValueError:
+            return
+        if not isinstance(message, dict):
+            return
+        if message.get("type") == "input" and isinstance(message.get("data"), str):
+            await asyncio.get_running_loop().sock_sendall(self.socket, message["data"].encode())
+            await self.note_activity()
+        elif message.get("type") == "resize":
+            cols, rows = parse_int(message.get("cols")), parse_int(message.get("rows"))
+            if cols and rows:
+                await asyncio.get_running_loop().run_in_executor(
+                    None, self.terminal.resize, min(cols, 500), min(rows, 500)
+                )
+
+    async def note_activity(self) -> None:
+        now = time.monotonic()
+        if now - self.last_activity >= self.ACTIVITY_SECONDS:
+            self.last_activity = now
+            await database_sync_to_async(terminal_service.typed)(self.sandbox_id)
+
+    async def disconnect(self, code: int) -> None:
+        if self.terminal is None:
+            return
+        terminal, self.terminal = self.terminal, None
+        if getattr(self, "pump", None) is not None:
+            self.pump.cancel()
+        await database_sync_to_async(terminal_service.close_terminal)(
+            self.record, terminal, bytes(self.transcript), self.actor
+        )

@@ -1,0 +1,76 @@
+"""The dashboard in a real browser: Debian's Chromium driven by Playwright, against a served
+Boxyard (`manage.py serve`, as `bin/run` starts it) and the real engine. What every browser
+test module shares: its marks, the server, the browser, alice, logging in, screenshots, and
+answering the page's questions."""
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.servers import Server, served
+
+BROWSER = [
+    pytest.mark.docker,
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(
+        not shutil.which("chromium"), reason="needs Debian's chromium (bin/test installs it)"
+    ),
+]
+
+PASSWORD = "a-long-test-password"
+
+
+@pytest.fixture
+def server(tmp_path: Path, docker_engine: Any) -> Iterator[Server]:
+    with served(tmp_path) as running:
+        yield running
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(
+            executable_path=shutil.which("chromium"), args=["--no-sandbox"]
+        )
+        yield chromium
+        chromium.close()
+
+
+def shoot(page: Any, name: str) -> None:
+    folder = os.environ.get("BOXYARD_SCREENSHOTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(folder) / f"{name}.png"), full_page=True)
+
+
+@pytest.fixture
+def alice(django_user_model: Any) -> Any:
+    """The admin; made before the browser starts (Playwright runs an event loop in this
+    thread, where Django refuses database calls)."""
+    return django_user_model.objects.create_user("alice", password=PASSWORD, is_staff=True)
+
+
+def log_in(page: Any, url: str, path: str = "/") -> None:
+    """Log in as alice, from `path`, and land on the fleet."""
+    page.goto(f"{url}{path}")
+    page.fill("input[name=username]", "alice")
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_selector("h1:has-text('Fleet')")
+
+
+def confirm(page: Any, *, saying: str = "", answer: bool = True) -> str:
+    """Answer the question the page asks in its dialog (yes, or no); what it asked."""
+    page.wait_for_selector("#confirm-dialog[open]")
+    asked: str = page.inner_text("#confirm-dialog [data-question]")
+    assert saying in asked, asked
+    page.click("[data-testid=confirm-yes]" if answer else "[data-testid=confirm-no]")
+    page.wait_for_selector("#confirm-dialog:not([open])", state="attached")
+    return asked
