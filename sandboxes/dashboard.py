@@ -1,6 +1,6 @@
-"""What the dashboard shows, as the views and the consumers both need it: the fleet's rows for
-a filter, one sandbox's page, one chat's history. Reads only; every change goes through the
-services."""
+"""What the dashboard shows, as the views and the consumers both need it: one sandbox's page
+and its row, one chat's history (the fleet's page is `sandboxes.fleet`). Reads only; every
+change goes through the services."""
 
 from dataclasses import dataclass
 from typing import Any
@@ -17,72 +17,9 @@ from sandboxes.services.processes import read_processes
 from sandboxes.services.sessions import list_sessions
 from sandboxes.services.workspaces import WorkspaceUsage, workspace_usage
 
-FLEET_LIMIT = 500
-
-
-@dataclass(frozen=True)
-class FleetFilter:
-    """The fleet page's filter: a pipeline's slug, a state ("live": all but destroyed), and
-    text found in the scope key."""
-
-    pipeline: str = ""
-    state: str = "live"
-    text: str = ""
-
-    @classmethod
-    def from_query(cls, query: Any) -> "FleetFilter":
-        state = query.get("state", "live") or "live"
-        if state != "all" and state != "live" and state not in State.values:
-            state = "live"
-        return cls(
-            pipeline=(query.get("pipeline") or "")[:50],
-            state=state,
-            text=(query.get("q") or "")[:200],
-        )
-
-    def apply(self, sandboxes: QuerySet[Sandbox]) -> QuerySet[Sandbox]:
-        if self.pipeline:
-            sandboxes = sandboxes.filter(pipeline__slug=self.pipeline)
-        if self.state == "live":
-            sandboxes = sandboxes.exclude(state=State.DESTROYED)
-        elif self.state != "all":
-            sandboxes = sandboxes.filter(state=self.state)
-        if self.text:
-            sandboxes = sandboxes.filter(scope_key__icontains=self.text)
-        return sandboxes
-
-    def matches(self, sandbox: Sandbox | None) -> bool:
-        """`apply` for one sandbox already read with its pipeline, without asking the database."""
-        if sandbox is None:
-            return False
-        if self.pipeline and sandbox.pipeline.slug != self.pipeline:
-            return False
-        if self.state == "live" and sandbox.state == State.DESTROYED:
-            return False
-        if self.state not in ("live", "all") and sandbox.state != self.state:
-            return False
-        return not self.text or self.text.lower() in sandbox.scope_key.lower()
-
-    def query_string(self) -> str:
-        from urllib.parse import urlencode
-
-        return urlencode({"pipeline": self.pipeline, "state": self.state, "q": self.text})
-
-
-def fleet_rows(chosen: FleetFilter) -> list[Sandbox]:
-    sandboxes = Sandbox.objects.select_related("pipeline", "lease").order_by("-created_at")
-    return list(chosen.apply(sandboxes)[:FLEET_LIMIT])
-
 
 def fleet_row(sandbox_id: UUID | str) -> Sandbox | None:
     return Sandbox.objects.select_related("pipeline", "lease").filter(pk=sandbox_id).first()
-
-
-def state_counts() -> dict[str, int]:
-    counts = {state: 0 for state in State.values if state != State.DESTROYED}
-    for state in Sandbox.objects.exclude(state=State.DESTROYED).values_list("state", flat=True):
-        counts[state] += 1
-    return counts
 
 
 def sandbox_page(

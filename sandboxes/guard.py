@@ -168,12 +168,15 @@ def authorize(sandbox: Sandbox, holder: str, epoch: int | None, actor: Actor) ->
         lease.holder = holder
         lease.epoch += 1
         lease.acquired_at = now
+        lease.acquired_by = str(actor)
         lease.taken_over_from = ""
     if lease.expires_at is None or expires_at - lease.expires_at >= RENEW_GRANULARITY:
         lease.expires_at = expires_at
         lease.save(
-            update_fields=["holder", "epoch", "expires_at", "acquired_at", "taken_over_from"]
-        )
+            update_fields=[
+                "holder", "epoch", "expires_at", "acquired_at", "acquired_by", "taken_over_from",
+            ]
+        )  # fmt: skip
     # else: renewed less than a second ago; a burst of calls writes the lease once.
     if acquired_from is not None:
         events.record(

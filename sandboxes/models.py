@@ -135,6 +135,8 @@ class Sandbox(models.Model):
             models.Index(fields=["state", "idle_deadline"]),
             models.Index(fields=["state", "expires_at"]),
             models.Index(fields=["pipeline", "pooled", "state"]),
+            # The fleet page in its default order: newest first.
+            models.Index(fields=["created_at", "id"]),
         ]
 
     def __str__(self) -> str:
@@ -176,6 +178,11 @@ class Lease(models.Model):
     epoch = models.PositiveBigIntegerField(default=0)
     expires_at = models.DateTimeField(null=True, blank=True)
     acquired_at = models.DateTimeField(null=True, blank=True)
+    acquired_by = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="Who took the lease for its holder: a bot's token, an admin, Boxyard.",
+    )
     taken_over_from = models.CharField(
         max_length=200, blank=True, help_text="The holder that lost the lease to a takeover."
     )
@@ -257,7 +264,11 @@ class Exec(models.Model):
 
     class Meta:
         ordering = ["-started_at"]
-        indexes = [models.Index(fields=["sandbox", "-started_at"])]
+        indexes = [
+            models.Index(fields=["sandbox", "-started_at"]),
+            # The fleet's commands a minute.
+            models.Index(fields=["started_at"]),
+        ]
 
     def __str__(self) -> str:
         return f"{self.command!r} → {self.exit_code}"

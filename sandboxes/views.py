@@ -30,6 +30,7 @@ from boxyard.web import admin_actor, parse_int, staff_required
 from config.bodies import content_length, pieces
 from pipelines.models import Pipeline
 from sandboxes import dashboard, metrics, selectors, services
+from sandboxes import fleet as fleet_view
 from sandboxes.charts import fleet_charts
 from sandboxes.downloads import archive_response, file_response
 from sandboxes.models import Sandbox, State, StopReason
@@ -38,19 +39,19 @@ from sandboxes.models import Sandbox, State, StopReason
 @staff_required
 @require_GET
 def fleet(request: HttpRequest) -> HttpResponse:
-    chosen = dashboard.FleetFilter.from_query(request.GET)
+    chosen = fleet_view.FleetFilter.from_query(request.GET)
+    counts = fleet_view.state_counts()
     context = {
         "nav": "fleet",
         "filter": chosen,
-        "rows": dashboard.fleet_rows(chosen),
-        "counts": dashboard.state_counts(),
+        "page": fleet_view.fleet_page(chosen),
+        "counts": counts,
+        "cards": fleet_view.fleet_cards(counts),
         "totals": metrics.snapshot(write=False)["overall"],
         "charts": fleet_charts(chosen.pipeline),
         "pipelines": Pipeline.objects.order_by("slug").values_list("slug", flat=True),
         "states": [state for state in State if state != State.DESTROYED],
     }
-    if request.htmx:  # type: ignore[attr-defined]  # set by django-htmx's middleware
-        return render(request, "sandboxes/_fleet_rows.html", context)
     return render(request, "sandboxes/fleet.html", context)
 
 

@@ -200,40 +200,6 @@ def _pipeline_form(**changes: str) -> dict[str, str]:
 # --- the fleet and a sandbox --------------------------------------------------------------------
 
 
-@pytest.mark.django_db
-def test_a_filter_matches_a_loaded_sandbox_as_its_query_does(make_pipeline) -> None:
-    from sandboxes.dashboard import FleetFilter
-
-    support, billing = make_pipeline(slug="support"), make_pipeline(slug="billing")
-    for number, (pipeline, state) in enumerate(
-        [
-            (support, State.RUNNING),
-            (support, State.STOPPED),
-            (billing, State.DESTROYED),
-            (billing, State.ERROR),
-        ]
-    ):
-        Sandbox.objects.create(
-            pipeline=pipeline,
-            scope_key=f"Group_{number}",
-            state=state,
-            retention="temporary",
-            image="x",
-            volume_name=f"v{number}",
-        )
-    sandboxes = list(Sandbox.objects.select_related("pipeline"))
-    filters = [
-        FleetFilter(pipeline=slug, state=state, text=text)
-        for slug in ("", "support", "billing", "nobody")
-        for state in ("live", "all", State.RUNNING, State.DESTROYED)
-        for text in ("", "group_1", "GROUP", "zzz")
-    ]
-    for chosen in filters:
-        queried = set(chosen.apply(Sandbox.objects.all()).values_list("pk", flat=True))
-        assert {s.pk for s in sandboxes if chosen.matches(s)} == queried, chosen
-    assert not FleetFilter().matches(None)
-
-
 @pytest.mark.docker
 @pytest.mark.django_db
 def test_the_fleet_lists_and_filters_sandboxes(

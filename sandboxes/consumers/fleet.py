@@ -8,8 +8,10 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from django.utils import translation
+from django.utils.html import escape
+from django.utils.translation import gettext, ngettext
 
-from sandboxes import dashboard, live, metrics
+from sandboxes import dashboard, fleet, live, metrics
 from sandboxes.charts import fleet_charts as charts_for
 from sandboxes.consumers.base import DashboardConsumer, shared
 
@@ -36,8 +38,12 @@ class FleetConsumer(DashboardConsumer):
         query = {
             key: values[-1] for key, values in parse_qs(self.scope["query_string"].decode()).items()
         }
-        self.filter = dashboard.FleetFilter.from_query(query)
-        rows = dashboard.fleet_rows(self.filter)
+        self.filter = fleet.FleetFilter.from_query(query)
+        rows = fleet.fleet_page(self.filter).rows
+        # The first page in the default order takes new sandboxes at its top; any other
+        # page counts them and offers to show them (its rows would move under the reader).
+        self.takes_new = self.filter.page == 1 and self.filter.default_order
+        self.new = 0
         self.shown = {str(row.pk) for row in rows}
         self.counters = self._counters()
         self.active: set[str] = set()
@@ -74,6 +80,10 @@ class FleetConsumer(DashboardConsumer):
         if sandbox_id in self.shown:
             await self.send_html(change.row + counters)
             return
+        if not self.takes_new:
+            self.new += 1
+            await self.send_html(self.render_new() + counters)
+            return
         self.shown.add(sandbox_id)
         inserted = change.row.replace(' hx-swap-oob="true"', "", 1)
         not_empty = change.not_empty if len(self.shown) == 1 else ""
@@ -82,7 +92,7 @@ class FleetConsumer(DashboardConsumer):
         )
 
     async def send_activity(self) -> None:
-        """The rows shown of the sandboxes active since the last time, and the totals, at most
+        """The rows shown of the sandboxes active since the last time, the cards and the totals, at most
         once every ACTIVITY_SECONDS (rendered once per period and language for every page)."""
         wait = self.activity_sent + self.ACTIVITY_SECONDS - time.monotonic()
         if wait > 0:
@@ -94,7 +104,10 @@ class FleetConsumer(DashboardConsumer):
             await shared((period, self.language, sandbox_id), self.render_row, sandbox_id)
             for sandbox_id in sorted(active)
         ]
-        html.append(await shared((period, self.language), self._totals))
+        counters = await shared((period, self.language), self._counters)
+        if counters != self.counters:
+            self.counters = counters
+            html.append(counters)
         await self.send_html("".join(html))
 
     def render_row(self, sandbox_id: str) -> str:
@@ -107,6 +120,20 @@ class FleetConsumer(DashboardConsumer):
         if getattr(self, "activity", None) is not None:
             self.activity.cancel()  # type: ignore[union-attr]  # checked just above
         await super().disconnect(code)
+
+    def render_new(self) -> str:
+        with translation.override(self.language):
+            words = ngettext(
+                "%(count)s new sandbox matches this view.",
+                "%(count)s new sandboxes match this view.",
+                self.new,
+            ) % {"count": self.new}
+            show = gettext("Show them")
+        link = f"?{escape(self.filter.query_string(page=1))}"
+        return (
+            f'<p id="fleet-new" class="notice" role="status" hx-swap-oob="true">{escape(words)} '
+            f'<a href="{link}">{escape(show)}</a></p>'
+        )
 
     def render_change_for_all(self, sandbox_id: str) -> "RenderedChange":
         sandbox = dashboard.fleet_row(sandbox_id)
@@ -124,9 +151,11 @@ class FleetConsumer(DashboardConsumer):
         )
 
     def _counters(self) -> str:
-        """The counts by state and the totals since the start, as they are after a change."""
-        counts = self.render("sandboxes/_fleet_counters.html", {"counts": dashboard.state_counts()})
-        return counts + self._totals()
+        """The cards, the counts by state and the totals since the start, as they are now."""
+        counts = fleet.state_counts()
+        cards = fleet.fleet_cards(counts)
+        summary = self.render("sandboxes/_fleet_counters.html", {"counts": counts, "cards": cards})
+        return summary + self._totals()
 
     async def fleet_sampled(self, message: dict[str, Any]) -> None:
         await self.send_html(

@@ -66,6 +66,7 @@ def release_lease(
                 )
         previous = lease.holder
         lease.holder = ""
+        lease.acquired_by = ""
         lease.expires_at = None
         lease.taken_over_from = ""
         lease.save()
@@ -91,6 +92,7 @@ def takeover_lease(
         lease.holder = acting.holder
         lease.epoch += 1
         lease.acquired_at = now
+        lease.acquired_by = str(actor)
         lease.expires_at = now + lease_duration(acting.sandbox)
         lease.save()
         events.record(

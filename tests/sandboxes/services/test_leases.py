@@ -130,3 +130,18 @@ def test_close_that_the_engine_refuses_changes_nothing(opened, bot, fake_runtime
     with pytest.raises(RuntimeUnavailable):
         services.close_sandbox(opened.sandbox, bot, holder="agent-a")
     assert Sandbox.objects.get().state == "running"
+
+
+def test_the_lease_says_who_took_it_for_its_holder(opened, bot, alice) -> None:
+    from sandboxes.templatetags.boxyard import actor
+
+    sandbox = opened.sandbox
+    assert Lease.objects.get(sandbox=sandbox).acquired_by == str(bot)
+    services.takeover_lease(sandbox, alice)
+    assert Lease.objects.get(sandbox=sandbox).acquired_by == "admin:alice"
+    services.release_lease(sandbox, alice, force=True)
+    assert Lease.objects.get(sandbox=sandbox).acquired_by == ""
+    # As the dashboard says it.
+    assert actor("bot:support/token-3") == "the token 3 of support"
+    assert actor("admin:alice") == "the admin alice"
+    assert actor("system:boxyard") == "Boxyard"
