@@ -133,6 +133,19 @@ class PipelineForm(forms.ModelForm[Pipeline]):
             "scope_template": _(
                 "Variables in braces; a chain such as {task_id|conversation_id|uuid} takes the first one present."
             ),
+            "image": _("Empty: the default image."),
+            "workspace_mb": _(
+                "The size of each sandbox's workspace disk (the file system's own metadata counts)."
+            ),
+            "pool_size": _("Sandboxes kept started and ready for new scope keys (0: none)."),
+            "pool_exhausted": _("What an open does when the pool has no ready sandbox."),
+            "pool_wait_seconds": _(
+                "With the wait policy: how long an open waits for the pool before failing."
+            ),
+            "exec_timeout_seconds": _("Default per exec."),
+            "output_limit_bytes": _(
+                "What one exec returns per stream; more is cut and flagged truncated."
+            ),
         }
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -181,6 +194,12 @@ class SkillForm(forms.ModelForm[Skill]):
     class Meta:
         model = Skill
         fields = ["name", "host_path", "mode", "description"]
+        labels = {
+            "name": _("Name"),
+            "host_path": _("Host path"),
+            "mode": _("Mode"),
+            "description": _("Description"),
+        }
 
     def values(self) -> dict[str, Any]:
         return {name: self.cleaned_data[name] for name in self.Meta.fields}

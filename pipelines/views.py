@@ -8,6 +8,7 @@ from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
@@ -22,7 +23,7 @@ from pipelines.models import Pipeline, Skill
 # of them in a private chat, each with their own message.
 SAMPLE_CHATS = [
     (
-        "Alice in group 42",
+        gettext_lazy("Alice in group 42"),
         {
             "launcher_type": "group",
             "launcher_id": "42",
@@ -33,7 +34,7 @@ SAMPLE_CHATS = [
         },
     ),
     (
-        "Bob in group 42",
+        gettext_lazy("Bob in group 42"),
         {
             "launcher_type": "group",
             "launcher_id": "42",
@@ -44,7 +45,7 @@ SAMPLE_CHATS = [
         },
     ),
     (
-        "Alice in private",
+        gettext_lazy("Alice in private"),
         {
             "launcher_type": "person",
             "launcher_id": "alice",
@@ -86,7 +87,9 @@ def pipeline_edit(request: HttpRequest, slug: str | None = None) -> HttpResponse
     if pipeline is not None:
         context["tokens"] = pipeline.tokens.order_by("-created_at")
         context["skills"] = pipeline.skills.order_by("name")
-        context["skill_form"] = SkillForm()
+        context["skill_form"] = SkillForm(
+            auto_id="skill_%s"
+        )  # ids of its own, beside the pipeline form's
         context["history"] = selectors.pipeline_history(pipeline)
         context["live_sandboxes"] = selectors.live_sandbox_count(pipeline)
         context["mcp"] = mcp_connection(pipeline, request.build_absolute_uri("/"))

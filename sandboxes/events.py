@@ -41,6 +41,7 @@ _TOUCHES: dict[str, frozenset[str]] = {
     "lease": frozenset({live.STATUS}),
     "session": frozenset({live.SESSIONS}),
     "file": frozenset({live.FILES}),
+    "files": frozenset({live.FILES}),
     "process": frozenset({live.PROCESSES}),
     "terminal": frozenset({live.EXECS, live.SESSIONS}),
 }

@@ -1,7 +1,7 @@
 """The dashboard in a real browser: Debian's Chromium driven by Playwright, against a served
 Boxyard (`manage.py serve`, as `bin/run` starts it) and the real engine. What every browser
-test module shares: its marks, the server, the browser, alice, logging in, screenshots, and
-answering the page's questions."""
+test module shares: its marks, the server, the browser, alice, logging in, screenshots,
+answering the page's questions, and opening a tab of the sandbox page."""
 
 import os
 import shutil
@@ -74,3 +74,11 @@ def confirm(page: Any, *, saying: str = "", answer: bool = True) -> str:
     page.click("[data-testid=confirm-yes]" if answer else "[data-testid=confirm-no]")
     page.wait_for_selector("#confirm-dialog:not([open])", state="attached")
     return asked
+
+
+def open_tab(page: Any, name: str) -> None:
+    """Show the sandbox page's tab `name` (overview, terminal, files, processes, commands or
+    events, as its fragment `#tab-NAME` says), with a click on it, as the admin would."""
+    page.click(f"[role=tab][data-tab={name}]")
+    page.wait_for_selector(f"[role=tab][data-tab={name}][aria-selected=true]")
+    page.wait_for_selector(f"#{name}-panel:not([hidden])")

@@ -14,6 +14,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 from django.test import Client
+from django.utils import translation
 
 from pipelines.models import Pipeline
 from sandboxes import metrics
@@ -45,6 +46,16 @@ def _metrics_in_the_test() -> None:
     metrics.BACKGROUND_FLUSH = False
     with metrics._lock:
         metrics._pending.clear()
+
+
+@pytest.fixture(autouse=True)
+def _the_default_language() -> Iterator[None]:
+    """Each test starts in the default language: a page that a test asked for in Russian
+    leaves Russian active in the thread (Django's locale middleware does), for whatever runs
+    next in it."""
+    translation.deactivate()
+    yield
+    translation.deactivate()
 
 
 @pytest.fixture(scope="session")

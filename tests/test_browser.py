@@ -22,7 +22,16 @@ from django.conf import settings
 from pipelines.models import PipelineToken
 from sandboxes import services
 from sandboxes.services import Actor
-from tests.browsers import BROWSER, alice, browser, confirm, log_in, server, shoot  # noqa: F401
+from tests.browsers import (  # noqa: F401
+    BROWSER,
+    alice,
+    browser,
+    confirm,
+    log_in,
+    open_tab,
+    server,
+    shoot,
+)
 from tests.conftest import CHAT
 from tests.servers import Server
 
@@ -81,9 +90,11 @@ def test_an_admin_steps_in_and_hands_back(alice, server, browser, tmp_path) -> N
     # Take it over: the bot's next call is refused, naming the holder.
     page.click(f"#sandbox-{sandbox_id} a")
     page.wait_for_selector("[data-testid=usage]:has-text('memory')")  # live CPU and memory
+    open_tab(page, "processes")
     page.click("#processes-view a:has-text('Log')")
     page.wait_for_selector("[data-testid=log]:has-text('tick-1')")
     page.wait_for_selector("[data-testid=log]:has-text('tick-6')")  # it follows the output
+    open_tab(page, "overview")
     page.click("button:has-text('Take over')")
     confirm(page, saying="group_42_alice")
     page.wait_for_selector("[data-testid=lease]:has-text('admin:alice')")
@@ -91,11 +102,14 @@ def test_an_admin_steps_in_and_hands_back(alice, server, browser, tmp_path) -> N
     assert refused.status_code == 423 and "admin:alice" in refused.json()["error"]["message"]
 
     # A command of the admin's own.
+    open_tab(page, "terminal")
     page.fill("input[name=cmd]", "echo ran-by-alice > alice.txt")
     page.click("button:has-text('Run as me')")
+    open_tab(page, "commands")
     page.wait_for_selector("#execs:has-text('ran-by-alice')")
 
     # The terminal.
+    open_tab(page, "terminal")
     page.click("#terminal-open")
     page.wait_for_selector("#terminal[data-state=open]")
     page.locator("#terminal").click()
@@ -109,6 +123,7 @@ def test_an_admin_steps_in_and_hands_back(alice, server, browser, tmp_path) -> N
     # Upload a file, find it, download it.
     upload = tmp_path / "notes.txt"
     upload.write_text("uploaded by alice\n")
+    open_tab(page, "files")
     page.wait_for_selector("[data-testid=upload]")
     page.click("button:has-text('Upload')")  # no file chosen yet: it says so, sends nothing
     page.wait_for_selector("[data-testid=upload-error]:has-text('Choose a file')")
@@ -123,6 +138,7 @@ def test_an_admin_steps_in_and_hands_back(alice, server, browser, tmp_path) -> N
     page.wait_for_selector("[data-testid=file-text]:has-text('from-the-bot')")
 
     # Hand it back: the bot carries on with the same files.
+    open_tab(page, "overview")
     page.click("button:has-text('Release')")
     page.wait_for_selector("[data-testid=lease]:has-text('free')")
     carried_on = bot.post(
@@ -133,6 +149,7 @@ def test_an_admin_steps_in_and_hands_back(alice, server, browser, tmp_path) -> N
 
     # The history says who did what: the admin's terminal, then the bot again.
     page.reload()
+    open_tab(page, "commands")
     page.wait_for_selector("#execs:has-text('admin:alice')")
     assert "terminal" in page.inner_text("#execs")
 
@@ -258,6 +275,7 @@ def test_a_1_gib_file_uploads_from_the_browser_with_its_progress(
     page.set_default_timeout(20_000)
     log_in(page, server.url)
     page.goto(f"{server.url}/sandboxes/{sandbox_id}/")
+    open_tab(page, "files")
     page.wait_for_selector("[data-testid=upload]")
 
     # The bot holds the lease: the server's refusal is shown, and the button works again.
@@ -267,9 +285,11 @@ def test_a_1_gib_file_uploads_from_the_browser_with_its_progress(
     assert page.is_enabled("[data-testid=upload-button]")
     assert page.is_hidden("[data-testid=upload-progress]")  # nothing was written
 
+    open_tab(page, "overview")
     page.click("button:has-text('Take over')")
     confirm(page)
     page.wait_for_selector("[data-testid=lease]:has-text('admin:alice')")
+    open_tab(page, "files")
     page.wait_for_selector("[data-testid=upload]")
     watch_progress(page)
     page.set_input_files("[data-testid=upload]", str(big))

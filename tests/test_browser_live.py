@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from pipelines.models import PipelineToken
-from tests.browsers import BROWSER, alice, browser, confirm, log_in, server  # noqa: F401
+from tests.browsers import BROWSER, alice, browser, confirm, log_in, open_tab, server  # noqa: F401
 from tests.conftest import CHAT
 from tests.servers import Server
 
@@ -41,6 +41,7 @@ def test_the_open_page_follows_the_bot(bot_api, server, browser) -> None:
     log_in(page, server.url)
     page.goto(f"{server.url}{base}/")
     page.wait_for_selector("[data-testid=usage]:has-text('memory')")  # the websocket is open
+    open_tab(page, "files")
     page.wait_for_selector("#files-view table")
     page.evaluate("() => { window.notReloaded = true; }")
 
@@ -50,22 +51,26 @@ def test_the_open_page_follows_the_bot(bot_api, server, browser) -> None:
         return answer.json() if answer.content else {}
 
     # Commands: foreground, fresh, background (in Processes until it is killed).
+    open_tab(page, "commands")
     call("POST", "/exec", json={"cmd": "echo fg-marker"})
     page.wait_for_selector("#execs :text('echo fg-marker')")
     call("POST", "/exec", json={"cmd": "echo fresh-marker", "fresh": True})
     page.wait_for_selector("#execs :text('echo fresh-marker')")
+    open_tab(page, "processes")
     background = call("POST", "/exec", json={"cmd": "sleep 300 # bg-marker", "background": True})
     page.wait_for_selector("#processes-view :text('bg-marker')")
     call("POST", f"/execs/{background['exec_id']}/kill", json={})
     page.wait_for_selector("#processes-view :text('bg-marker')", state="detached")
 
     # Files: the browser shows a file the bot writes, and drops it when the bot deletes it.
+    open_tab(page, "files")
     call("PUT", "/files", json={"path": "notes.txt", "contents": "hi"})
     page.wait_for_selector("#files-view a:has-text('notes.txt')")
     call("DELETE", "/files", params={"path": "notes.txt"})
     page.wait_for_selector("#files-view a:has-text('notes.txt')", state="detached")
 
     # A shell session, and where a command moved it.
+    open_tab(page, "processes")
     call("POST", "/sessions", json={"name": "build"})
     page.wait_for_selector("#sessions-view tr[data-session=build]")
     call("POST", "/exec", json={"cmd": "cd /tmp", "session": "build"})
@@ -82,6 +87,7 @@ def test_the_open_page_follows_the_bot(bot_api, server, browser) -> None:
     )
 
     # Dangerous actions ask first, naming the sandbox; no sends nothing.
+    open_tab(page, "overview")
     page.click("[data-testid=takeover]")
     confirm(page, saying="Take over group_123456?", answer=False)
     call("POST", "/exec", json={"cmd": "true"})  # still the bot's
@@ -94,6 +100,7 @@ def test_the_open_page_follows_the_bot(bot_api, server, browser) -> None:
     page.wait_for_selector("[data-testid=takeover][disabled]")  # it is the admin's now
 
     # Run as me: answered under the form; the page, and its open terminal, stay.
+    open_tab(page, "terminal")
     page.click("#terminal-open")
     page.wait_for_selector("#terminal[data-state=open]")
     page.evaluate("() => { window.notReloaded = true; }")
@@ -103,6 +110,7 @@ def test_the_open_page_follows_the_bot(bot_api, server, browser) -> None:
     page.wait_for_selector("[data-testid=run-result]:has-text('exit code 4')")
     assert page.evaluate("() => window.notReloaded") is True
     assert page.get_attribute("#terminal", "data-state") == "open"
+    open_tab(page, "commands")
     page.wait_for_selector("#execs :text('admin:alice')")  # and it joined the history
 
     # Destroy selected, with nothing selected, neither asks nor sends.

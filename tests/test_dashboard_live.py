@@ -124,7 +124,7 @@ def test_commands_move_the_fleets_totals_once_a_second_at_most(
         for _ in range(10):
             await in_thread(run)(sandbox, bot, "true")
         got = await receive_until(
-            fleet, lambda m: re.search(r"completed 10\b", part(m, "fleet-totals")) is not None
+            fleet, lambda m: re.search(r"Completed 10\b", part(m, "fleet-totals")) is not None
         )
         took = time.monotonic() - started
         await fleet.disconnect()

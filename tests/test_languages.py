@@ -68,6 +68,8 @@ def test_every_message_is_translated(language: str) -> None:
         "Image",
         "Quota",
         "Sessions",
+        "Session",
+        "Menu",
         "Description",
         "CPU %(percent)s%%",
         "/tmp (MiB)",

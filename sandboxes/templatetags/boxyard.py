@@ -1,7 +1,11 @@
 from datetime import UTC, datetime
 
 from django import template
+from django.db import models
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
+from sandboxes.models import ExecState, State, StopReason
 
 register = template.Library()
 
@@ -33,3 +37,90 @@ def actor(value: object) -> str:
     if kind == "system":
         return "Boxyard"
     return str(value or "")
+
+
+# What each kind of event is called on the dashboard's pages (its code stays in its title).
+EVENTS = {
+    "sandbox.created": gettext_lazy("Created"),
+    "sandbox.started": gettext_lazy("Started"),
+    "sandbox.claimed": gettext_lazy("Taken from the warm pool"),
+    "sandbox.adopted": gettext_lazy("Adopted after a restart"),
+    "sandbox.restarting": gettext_lazy("Restarting"),
+    "sandbox.stopping": gettext_lazy("Stopping"),
+    "sandbox.stopped": gettext_lazy("Stopped"),
+    "sandbox.stop_failed": gettext_lazy("Could not stop"),
+    "sandbox.destroyed": gettext_lazy("Destroyed"),
+    "sandbox.error": gettext_lazy("Failed"),
+    "sandbox.container_lost": gettext_lazy("Container lost"),
+    "sandbox.health_failed": gettext_lazy("Health check failed"),
+    "sandbox.reset": gettext_lazy("Reset"),
+    "lease.acquired": gettext_lazy("Lease taken"),
+    "lease.released": gettext_lazy("Lease released"),
+    "lease.taken_over": gettext_lazy("Taken over"),
+    "session.created": gettext_lazy("Shell session created"),
+    "session.deleted": gettext_lazy("Shell session deleted"),
+    "file.written": gettext_lazy("File written"),
+    "file.deleted": gettext_lazy("File deleted"),
+    "file.link_created": gettext_lazy("Link made"),
+    "file.link_used": gettext_lazy("Link used"),
+    "files.extracted": gettext_lazy("Archive extracted"),
+    "process.restarted": gettext_lazy("Process restarted"),
+    "process.start_failed": gettext_lazy("Processes did not start"),
+    "terminal.opened": gettext_lazy("Terminal opened"),
+    "terminal.closed": gettext_lazy("Terminal closed"),
+    "pool.missed": gettext_lazy("Warm pool empty"),
+    "pipeline.created": gettext_lazy("Pipeline created"),
+    "pipeline.changed": gettext_lazy("Pipeline changed"),
+    "pipeline.deleted": gettext_lazy("Pipeline deleted"),
+    "skill.added": gettext_lazy("Skill added"),
+    "skill.changed": gettext_lazy("Skill changed"),
+    "skill.removed": gettext_lazy("Skill removed"),
+    "token.issued": gettext_lazy("Token created"),
+    "token.revoked": gettext_lazy("Token revoked"),
+}
+
+
+@register.filter
+def event(action: object) -> str:
+    """An event's action ("lease.taken_over") as the dashboard names it."""
+    return str(EVENTS.get(str(action), action))
+
+
+@register.filter
+def state_label(value: object) -> str:
+    """A sandbox's state ("running") as the dashboard names it."""
+    return _choice(State, value)
+
+
+@register.filter
+def reason_label(value: object) -> str:
+    """Why a sandbox stopped ("idle") as the dashboard names it."""
+    return _choice(StopReason, value)
+
+
+@register.filter
+def exec_label(value: object) -> str:
+    """How a command ended ("timed_out") as the dashboard names it."""
+    return _choice(ExecState, value)
+
+
+def _choice(choices: type[models.TextChoices], value: object) -> str:
+    try:
+        return str(choices(str(value)).label)
+    except ValueError:
+        return str(value)
+
+
+# A managed process's state, as the agent reports it, as the dashboard names it.
+PROCESS_STATES = {
+    "starting": gettext_lazy("starting"),
+    "running": gettext_lazy("running"),
+    "backoff": gettext_lazy("waiting to start again"),
+    "exited": gettext_lazy("exited"),
+    "stopped": gettext_lazy("stopped"),
+}
+
+
+@register.filter
+def process_label(value: object) -> str:
+    return str(PROCESS_STATES.get(str(value), value))

@@ -1,25 +1,77 @@
-// Boxyard's own script: live countdowns for deadlines (lease, idle, time to live), and what
-// the templates ask for with data attributes, since the Content-Security-Policy allows no
-// inline handler: `data-confirm` on a form asks in a dialog before it is sent, `data-autosubmit` on a
-// field sends its form when it changes, `data-upload` on a form sends its file with a progress
-// bar, `data-copy` on a button copies the block beside it; the scope's preset and template
-// stay one choice. The page's live parts arrive through htmx and its websocket extension.
+// Boxyard's own script: live countdowns for deadlines (lease, idle, time to live), past moments
+// in words ("3 minutes ago"), and what the templates ask for with data attributes, since the
+// Content-Security-Policy allows no inline handler: `data-confirm` on a form asks in a dialog
+// before it is sent, `data-autosubmit` on a field sends its form when it changes, `data-upload`
+// on a form sends its file with a progress bar, `data-copy` on a button copies the block or
+// code beside it; the scope's preset and template stay one choice. The page's live parts arrive
+// through htmx and its websocket extension; the tabs are tabs.js's.
 (function () {
   "use strict";
 
-  function left(seconds) {
-    if (seconds <= 0) return "0s";
-    var h = Math.floor(seconds / 3600), m = Math.floor((seconds % 3600) / 60), s = Math.floor(seconds % 60);
-    if (h > 0) return h + "h " + m + "m";
-    if (m > 0) return m + "m " + (s < 10 ? "0" : "") + s + "s";
-    return s + "s";
+  // A countdown in the page's language, in its short units ("29m 57s", "29分钟57秒").
+  var units = {};
+  function unit(value, name) {
+    if (!units[name]) {
+      try {
+        units[name] = new Intl.NumberFormat(document.documentElement.lang || undefined,
+          { style: "unit", unit: name, unitDisplay: "narrow" });
+      } catch (error) {
+        units[name] = { format: function (v) { return v + name.charAt(0); } };
+      }
+    }
+    return units[name].format(value);
   }
+
+  function left(seconds) {
+    if (seconds <= 0) return unit(0, "second");
+    var h = Math.floor(seconds / 3600), m = Math.floor((seconds % 3600) / 60), s = Math.floor(seconds % 60);
+    if (h > 0) return unit(h, "hour") + " " + unit(m, "minute");
+    if (m > 0) return unit(m, "minute") + " " + unit(s, "second");
+    return unit(s, "second");
+  }
+
+  // `<time data-relative>`: a past moment, in the page's language ("3 minutes ago", "hier"),
+  // with the exact date and time, in the browser's time zone, in its title; the server's
+  // absolute text stays for a browser without this script.
+  var UNITS = [["year", 365 * 86400], ["month", 30 * 86400], ["week", 7 * 86400], ["day", 86400],
+    ["hour", 3600], ["minute", 60], ["second", 1]];
+
+  function formats() {
+    var lang = document.documentElement.lang || undefined;
+    try {
+      new Intl.RelativeTimeFormat(lang);
+    } catch (error) {
+      lang = undefined; // a language the browser cannot name: its own
+    }
+    return {
+      ago: new Intl.RelativeTimeFormat(lang, { numeric: "auto" }),
+      exact: new Intl.DateTimeFormat(lang, { dateStyle: "long", timeStyle: "long" }),
+    };
+  }
+
+  function ago(format, seconds) {
+    seconds = Math.max(seconds, 0); // a clock a little ahead of the server's says "now"
+    var unit = UNITS.filter(function (u) { return seconds >= u[1]; })[0] || UNITS[UNITS.length - 1];
+    return format.format(-Math.floor(seconds / unit[1]), unit[0]);
+  }
+
+  var wording = null; // the formats, made once
 
   function tick() {
     var now = Date.now();
     document.querySelectorAll("time[data-countdown]").forEach(function (el) {
       var at = Date.parse(el.getAttribute("datetime"));
       if (!isNaN(at)) el.textContent = left((at - now) / 1000);
+    });
+    var moments = document.querySelectorAll("time[data-relative]");
+    if (!moments.length) return;
+    wording = wording || formats();
+    moments.forEach(function (el) {
+      var at = Date.parse(el.getAttribute("datetime"));
+      if (isNaN(at)) return;
+      var words = ago(wording.ago, (now - at) / 1000), exact = wording.exact.format(new Date(at));
+      if (el.textContent !== words) el.textContent = words; // touched only when it changes
+      if (el.title !== exact) el.title = exact;
     });
   }
 
@@ -199,11 +251,12 @@
     select.value = preset ? typed : "custom";
   });
 
-  // `data-copy`: the button copies the text of the block beside it.
+  // `data-copy`: the button copies the text of the block (`<pre>`) or code beside it.
   document.addEventListener("click", function (event) {
     var button = event.target.closest && event.target.closest("[data-copy]");
     if (!button || !navigator.clipboard) return;
-    var block = button.parentNode.querySelector("pre");
+    var block = button.parentNode.querySelector("pre, code");
+    if (!block) return;
     navigator.clipboard.writeText(block.textContent).then(function () {
       button.setAttribute("data-copied", "");
     });
@@ -232,6 +285,14 @@
         if (again && (done || failed)) say(again, done, failed);
       });
     }, 0);
+  });
+
+  // The header's Menu button (narrow screens): shows and hides the menu it controls.
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest && event.target.closest(".menu-button");
+    if (!button) return;
+    var open = button.getAttribute("aria-expanded") !== "true";
+    button.setAttribute("aria-expanded", open ? "true" : "false");
   });
 
   document.addEventListener("DOMContentLoaded", tick);

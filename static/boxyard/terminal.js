@@ -35,6 +35,7 @@
       if (ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ type: "input", data: data }));
     });
     window.addEventListener("resize", function () {
+      if (!host.clientWidth) return; // its tab is not shown: no width to fit
       var next = Math.max(40, Math.floor(host.clientWidth / cell.w) - 1);
       if (next !== cols) {
         cols = next;

@@ -146,7 +146,14 @@ def test_no_template_holds_an_inline_script_or_handler() -> None:
 
 # --- in a real browser, which enforces the policy -------------------------------------------------
 
-from tests.browsers import PASSWORD, browser, confirm, log_in, server  # noqa: E402,F401  (fixtures)
+from tests.browsers import (  # noqa: E402,F401  (fixtures)
+    PASSWORD,
+    browser,
+    confirm,
+    log_in,
+    open_tab,
+    server,
+)
 
 
 @pytest.fixture
@@ -216,10 +223,13 @@ def test_chromium_reports_no_violation_and_the_handlers_still_work(
     # The sandbox page: its live parts, its terminal (colours included), its files.
     page.goto(f"{server.url}/sandboxes/{sandbox_id}/")
     page.wait_for_selector("[data-testid=usage]:has-text('memory')")
+    open_tab(page, "files")
     page.wait_for_selector("#files-view table")
+    open_tab(page, "overview")
     page.click("button:has-text('Take over')")
     confirm(page)
     page.wait_for_selector("[data-testid=lease]:has-text('admin:alice')")
+    open_tab(page, "terminal")
     page.click("#terminal-open")
     # Whatever the shell says arrived over the terminal's websocket (connect-src 'self').
     page.wait_for_function("() => document.querySelector('#terminal').innerText.trim() !== ''")
