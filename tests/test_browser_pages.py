@@ -10,13 +10,16 @@ import pytest
 from pipelines.models import PipelineToken
 from sandboxes import services
 from sandboxes.services import Actor
-from tests.browsers import BROWSER, PASSWORD, alice, browser, log_in, server  # noqa: F401
+from tests.browsers import BROWSER, PASSWORD, alice, browser, log_in, server, shoot  # noqa: F401
 from tests.conftest import CHAT
 from tests.servers import Server
 
 pytestmark = BROWSER
 
 PHONE = {"width": 390, "height": 844}
+# The pages shot for docs/screenshots when BOXYARD_SCREENSHOTS is set, by path: made by the
+# fixture, which knows the sandboxes' ids.
+SHOTS: dict[str, str] = {}
 
 
 @pytest.fixture
@@ -31,6 +34,10 @@ def pages(alice: Any, server: Server, make_pipeline: Any) -> list[str]:
     services.run_exec(running, services.clean_request(running, cmd="ls; false"), bot)
     stopped = services.open_sandbox(pipeline, {**CHAT, "launcher_id": "7"}, bot).sandbox
     services.close_sandbox(stopped, bot)
+    SHOTS.clear()
+    SHOTS.update(
+        {"/": "fleet", f"/sandboxes/{running.pk}/": "sandbox", "/pipelines/support/": "pipeline"}
+    )
     return [
         "/",
         "/?state=all&sort=-activity",
@@ -112,6 +119,8 @@ def test_every_page_fits_a_phone_in_english_and_chinese(pages, server, browser) 
             page.wait_for_load_state("load")
             page.wait_for_timeout(300)  # the websocket's first render is in
             assert page.evaluate(WIDTH) <= PHONE["width"], (language, path, page.evaluate(WIDER))
+            if path in SHOTS:
+                shoot(page, f"{SHOTS[path]}-{language}-390")
         # The header folds behind its Menu button.
         assert page.is_visible("[data-testid=menu]") and not page.is_visible("header nav")
         page.click("[data-testid=menu]")
@@ -121,6 +130,13 @@ def test_every_page_fits_a_phone_in_english_and_chinese(pages, server, browser) 
     wide = browser.new_page(viewport={"width": 1280, "height": 900})
     log_in(wide, server.url)
     assert wide.is_hidden("[data-testid=menu]") and wide.is_visible("header nav")
+    # The same pages on a desktop, in Chinese, for docs/screenshots.
+    wide.context.add_cookies([{"name": "django_language", "value": "zh-hans", "url": server.url}])
+    for path, name in SHOTS.items():
+        wide.goto(f"{server.url}{path}")
+        wide.wait_for_load_state("load")
+        wide.wait_for_timeout(300)
+        shoot(wide, f"{name}-zh-hans")
 
 
 def _log_in_anywhere(page: Any, url: str) -> None:

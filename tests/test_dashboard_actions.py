@@ -144,3 +144,16 @@ def test_run_as_me_answers_in_place(admin, sandbox, pipeline) -> None:
         ).status_code
         == 423
     )
+
+
+def test_revoking_a_token_and_deleting_a_pipeline_ask_first(admin, sandbox, pipeline) -> None:
+    token = PipelineToken.issue(pipeline, name="bot")[0]
+    page = html.unescape(admin.get(f"/pipelines/{pipeline.slug}/").content.decode())
+    assert (
+        f'data-confirm="Revoke the token {token.prefix}…? Every bot that uses it gets 401 '
+        "from its next call on." in page
+    )
+    assert (
+        'data-confirm="Delete the pipeline support, and close and destroy its 1 live sandbox '
+        "with its workspace? Its tokens stop working at once." in page
+    )
