@@ -121,3 +121,18 @@ def test_the_open_page_follows_the_bot(bot_api, server, browser) -> None:
     page.wait_for_timeout(500)
     assert page.is_hidden("#confirm-dialog")
     assert page.evaluate("() => window.notReloaded") is True
+
+    # The fleet sorts by a column from its header, and searches by the token behind a lease.
+    page.click("th a[data-sort=key]")
+    page.wait_for_url("**sort=key**")
+    page.wait_for_selector("th[aria-sort=ascending] a[data-sort=key]")
+    page.click("th a[data-sort=key]")
+    page.wait_for_selector("th[aria-sort=descending] a[data-sort=key]")
+    page.fill("input[name=q]", sandbox_id[:8])
+    page.press("input[name=q]", "Enter")
+    page.wait_for_url(f"**q={sandbox_id[:8]}**")
+    page.wait_for_selector(f"#sandbox-{sandbox_id}")
+    assert "sort=-key" in page.url  # the search keeps the sort
+    page.fill("input[name=q]", "no-such-chat")
+    page.press("input[name=q]", "Enter")
+    page.wait_for_selector("#fleet-empty:not([hidden])")

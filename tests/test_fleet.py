@@ -159,5 +159,6 @@ def test_a_new_sandbox_joins_the_first_page_and_is_offered_to_the_others(
 
     first, second = asyncio.run(scenario())
     assert 'hx-swap-oob="afterbegin:#fleet-rows"' in first[-1]
+    assert f"of {PAGE_SIZE + 6})" in first[-1]  # the pager counts it
     assert "brand-new" not in "".join(second)
     assert re.search(r"1 new sandbox matches this view\. <a href=\"\?state=all\">", second[-1])

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
 
+from channels.db import database_sync_to_async
 from django.utils import translation
 from django.utils.html import escape
 from django.utils.translation import gettext, ngettext
@@ -73,8 +74,9 @@ class FleetConsumer(DashboardConsumer):
                 return
             self.shown.discard(sandbox_id)
             empty = "" if self.shown else change.empty
+            pager = await database_sync_to_async(self.render_pager)()
             await self.send_html(
-                f'<tr id="sandbox-{sandbox_id}" hx-swap-oob="delete"></tr>{empty}{counters}'
+                f'<tr id="sandbox-{sandbox_id}" hx-swap-oob="delete"></tr>{empty}{pager}{counters}'
             )
             return
         if sandbox_id in self.shown:
@@ -87,13 +89,21 @@ class FleetConsumer(DashboardConsumer):
         self.shown.add(sandbox_id)
         inserted = change.row.replace(' hx-swap-oob="true"', "", 1)
         not_empty = change.not_empty if len(self.shown) == 1 else ""
+        pager = await database_sync_to_async(self.render_pager)()
         await self.send_html(
-            f'<tbody hx-swap-oob="afterbegin:#fleet-rows">{inserted}</tbody>{not_empty}{counters}'
+            f'<tbody hx-swap-oob="afterbegin:#fleet-rows">{inserted}</tbody>{not_empty}{pager}'
+            f"{counters}"
         )
 
+    def render_pager(self) -> str:
+        """The pager again, once the page gained or lost a row (its count moved)."""
+        page = fleet.fleet_page(self.filter)
+        return self.render("sandboxes/_fleet_pager.html", {"page": page, "filter": self.filter})
+
     async def send_activity(self) -> None:
-        """The rows shown of the sandboxes active since the last time, the cards and the totals, at most
-        once every ACTIVITY_SECONDS (rendered once per period and language for every page)."""
+        """The rows shown of the sandboxes active since the last time, the cards and the
+        totals, at most once every ACTIVITY_SECONDS (rendered once per period and language for
+        every page)."""
         wait = self.activity_sent + self.ACTIVITY_SECONDS - time.monotonic()
         if wait > 0:
             await asyncio.sleep(wait)
