@@ -6,21 +6,107 @@ and every entry point shows them the same way. Each class carries a stable `code
 the headers a response carries. The bot API answers with it, the dashboard shows its message
 (and its status, for a page of its own), the websocket consumers send its message. Nothing a
 caller sent may surface as anything but one of these.
+
+A message is English for the API, whatever language the caller's headers ask for (a bot reads
+the same words everywhere), and in the admin's language on the dashboard: build it with
+`N_(template, **values)`, and show `error.localized()` to a person, `error.message` to a program.
 """
 
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.db.models import Choices
+from django.utils import translation
+from django.utils.functional import Promise, lazy
+
+
+class Message:
+    """An error's words: an English template with `%(name)s` placeholders, and their values.
+
+    `str()` is the English text, the one the API, the logs and the rows keep; `localized()` is
+    the text in the active language, from the catalogs, for a person reading the dashboard. A
+    value that is words itself follows the language: another Message or error, a choice (its
+    label: "Running" for `running`) or a lazy text; data (keys, holders, paths, numbers) stays
+    as it is. Write one with `N_()`, so the template lands in the catalogs.
+    """
+
+    __slots__ = ("params", "template")
+
+    def __init__(self, template: str, /, **params: object) -> None:
+        self.template = template
+        self.params = params
+
+    def __str__(self) -> str:
+        return self.template % {name: _english(value) for name, value in self.params.items()}
+
+    def __repr__(self) -> str:
+        return f"Message({self.template!r}, **{self.params!r})"
+
+    def localized(self) -> str:
+        """The text in the active language; the English one where the catalog has none (or
+        a translation that does not fit its values: a slip there never hides the error)."""
+        template = translation.gettext(self.template)
+        # A choice is shown by its label only inside a translated sentence: in English (or
+        # where the catalog has no translation) the sentence stays as the API says it.
+        labels = template != self.template
+        values = {name: _localized(value, labels) for name, value in self.params.items()}
+        try:
+            return template % values
+        except (KeyError, TypeError, ValueError):
+            return str(self)
+
+    def lazy(self) -> str:
+        """The localized text when it is shown, in the language active then (a form's error)."""
+        return _lazy_localized(self)
+
+
+def N_(template: str, /, **params: object) -> Message:
+    """An error's message, its template marked for translation: the project's `makemessages`
+    (sandboxes/management/commands) extracts the first argument of `N_(...)` as a msgid. Write
+    the template as a literal, with `%(name)s` where an f-string had `{name}`."""
+    return Message(template, **params)
+
+
+def _english(value: object) -> object:
+    if isinstance(value, BoxyardError):
+        return value.message
+    if isinstance(value, Promise):
+        with translation.override(None):  # the msgid as written: the English
+            return str(value)
+    return value  # a Message or a choice gives its English through str() already
+
+
+def _localized(value: object, labels: bool) -> object:
+    if isinstance(value, Message | BoxyardError):
+        return value.localized()
+    if isinstance(value, Choices) and labels:
+        return str(value.label)
+    if isinstance(value, Promise):
+        return str(value)
+    return value
+
+
+_lazy_localized = lazy(Message.localized, str)
+
 
 class BoxyardError(Exception):
+    """`message` is the English text (the API's); `localized()` the text in the active language
+    (the dashboard's). Build one from a plain str, or from `N_(template, **values)` to have it
+    translated."""
+
     code = "error"
     status = 400
 
-    def __init__(self, message: str, **extra: Any) -> None:
-        super().__init__(message)
-        self.message = message
+    def __init__(self, message: str | Message, **extra: Any) -> None:
+        text = str(message)
+        super().__init__(text)
+        self.message = text
+        self.words = message
         self.extra = extra
+
+    def localized(self) -> str:
+        return self.words.localized() if isinstance(self.words, Message) else self.message
 
     def as_dict(self) -> dict[str, Any]:
         payload: dict[str, Any] = {"code": self.code, "message": self.message}
@@ -38,8 +124,10 @@ class InvalidInput(BoxyardError):
     code = "invalid_input"
     status = 400
 
-    def __init__(self, field: str, message: str, **extra: Any) -> None:
-        super().__init__(f"{field}: {message}", field=field, **extra)
+    def __init__(self, field: str, message: str | Message, **extra: Any) -> None:
+        # The field's name is data: the same in every language, like the key of a JSON body.
+        said = Message("%(field)s: %(message)s", field=field, message=message)
+        super().__init__(said, field=field, **extra)
         self.field = field
 
 
@@ -130,7 +218,7 @@ class Unavailable(BoxyardError):
     code = "unavailable"
     status = 503
 
-    def __init__(self, message: str, retry_after: int = 5, **extra: Any) -> None:
+    def __init__(self, message: str | Message, retry_after: int = 5, **extra: Any) -> None:
         super().__init__(message, retry_after=retry_after, **extra)
         self.retry_after = retry_after
 

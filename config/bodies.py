@@ -20,7 +20,7 @@ from typing import Any
 from django.core.exceptions import RequestAborted
 from django.http import HttpRequest
 
-from boxyard.errors import InvalidInput, LengthRequired
+from boxyard.errors import N_, InvalidInput, LengthRequired
 
 Receive = Callable[[], Awaitable[Mapping[str, Any]]]
 
@@ -63,9 +63,11 @@ def content_length(request: HttpRequest) -> int:
     when it cannot fit, and an upload that ends short is told from a complete one."""
     text = request.headers.get("Content-Length")
     if text is None:
-        raise LengthRequired("send the file's size as Content-Length (a chunked body is refused)")
+        raise LengthRequired(
+            N_("send the file's size as Content-Length (a chunked body is refused)")
+        )
     if not text.isdigit():
-        raise InvalidInput("Content-Length", f"{text[:40]!r} is not a size in bytes")
+        raise InvalidInput("Content-Length", N_("%(text)r is not a size in bytes", text=text[:40]))
     return int(text)
 
 

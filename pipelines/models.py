@@ -11,6 +11,7 @@ from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from boxyard.errors import N_, Message
 from pipelines import scope
 
 DEFAULT_SCOPE = "{launcher_type}_{launcher_id}"
@@ -58,7 +59,7 @@ class SessionTemplate(models.Model):
         try:
             scope.validate(self.template)
         except scope.TemplateError as error:
-            raise ValidationError({"template": str(error)}) from None
+            raise ValidationError({"template": error.message.lazy()}) from None
 
 
 class Retention(models.TextChoices):
@@ -78,7 +79,7 @@ def _validate_template(value: str) -> None:
     try:
         scope.validate(value)
     except scope.TemplateError as error:
-        raise ValidationError(str(error)) from None
+        raise ValidationError(error.message.lazy()) from None
 
 
 class Pipeline(models.Model):
@@ -163,11 +164,15 @@ class Pipeline(models.Model):
         return self.image or settings.BOXYARD_DEFAULT_IMAGE
 
     def clean(self) -> None:
-        errors: dict[str, str] = {}
+        # Said in the active language (the form shows them); pipelines.services keeps the English.
+        errors: dict[str, ValidationError] = {}
         if not image_allowed(self.effective_image):
-            errors["image"] = (
-                f"{self.effective_image!r} is not on the operator's image allowlist "
-                f"({', '.join(settings.BOXYARD_IMAGE_ALLOWLIST)})"
+            errors["image"] = ValidationError(
+                _("%(image)r is not on the operator's image allowlist (%(allowed)s)"),
+                params={
+                    "image": self.effective_image,
+                    "allowed": ", ".join(settings.BOXYARD_IMAGE_ALLOWLIST),
+                },
             )
         limits = [
             ("cpus", self.cpus, settings.BOXYARD_MAX_CPUS, "BOXYARD_MAX_CPUS"),
@@ -207,23 +212,31 @@ class Pipeline(models.Model):
         ]
         for field, value, maximum, setting in limits:
             if value is not None and value > maximum:
-                errors[field] = f"{value} is above the operator maximum {maximum} ({setting})"
+                errors[field] = ValidationError(
+                    _("%(value)s is above the operator maximum %(maximum)s (%(setting)s)"),
+                    params={"value": value, "maximum": maximum, "setting": setting},
+                )
         if self.pool_size > self.max_live_sandboxes:
-            errors["pool_size"] = (
-                f"{self.pool_size} is more than the pipeline's max_live_sandboxes "
-                f"({self.max_live_sandboxes}): pooled sandboxes count as live"
+            errors["pool_size"] = ValidationError(
+                _(
+                    "%(size)s is more than the pipeline's max_live_sandboxes (%(most)s): pooled "
+                    "sandboxes count as live"
+                ),
+                params={"size": self.pool_size, "most": self.max_live_sandboxes},
             )
         if self.network_enabled and not settings.BOXYARD_ALLOW_NETWORK:
-            errors["network_enabled"] = (
-                "the operator does not allow sandbox networking (BOXYARD_ALLOW_NETWORK)"
+            errors["network_enabled"] = ValidationError(
+                _("the operator does not allow sandbox networking (BOXYARD_ALLOW_NETWORK)")
             )
         if not isinstance(self.env, dict) or not all(
             isinstance(k, str) and _ENV_NAME.fullmatch(k) and isinstance(v, str)
             for k, v in (self.env or {}).items()
         ):
-            errors["env"] = "must map variable names (letters, digits, _) to string values"
+            errors["env"] = ValidationError(
+                _("must map variable names (letters, digits, _) to string values")
+            )
         if problem := process_problem(self.processes):
-            errors["processes"] = problem
+            errors["processes"] = ValidationError(problem.lazy())
         if errors:
             raise ValidationError(errors)
 
@@ -233,43 +246,50 @@ _PROCESS_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _PROCESS_KEYS = {"name", "cmd", "cwd", "env", "restart"}
 
 
-def process_problem(processes: object) -> str:
-    """What is wrong with a pipeline's managed processes, in words ("" when nothing)."""
+def process_problem(processes: object) -> Message | None:
+    """What is wrong with a pipeline's managed processes, in words (None when nothing)."""
     if not isinstance(processes, list):
-        return "must be a list of processes"
+        return N_("must be a list of processes")
     if len(processes) > MAX_PROCESSES:
-        return f"at most {MAX_PROCESSES} processes"
+        return N_("at most %(count)s processes", count=MAX_PROCESSES)
     names = set()
     for index, process in enumerate(processes):
-        where = f"process {index + 1}"
+        where = index + 1
         if not isinstance(process, dict):
-            return f"{where} must be an object with name and cmd"
+            return N_("process %(index)s must be an object with name and cmd", index=where)
         if unknown := set(process) - _PROCESS_KEYS:
-            return f"{where} has unknown keys: {', '.join(sorted(map(str, unknown)))}"
+            return N_(
+                "process %(index)s has unknown keys: %(keys)s",
+                index=where,
+                keys=", ".join(sorted(map(str, unknown))),
+            )
         name = process.get("name")
         if not isinstance(name, str) or not _PROCESS_NAME.fullmatch(name):
-            return f"{where}: name must be 1-64 letters, digits, '.', '_' or '-'"
+            return N_(
+                "process %(index)s: name must be 1-64 letters, digits, '.', '_' or '-'",
+                index=where,
+            )
         if name in names:
-            return f"{where}: the name {name!r} is used twice"
+            return N_("process %(index)s: the name %(name)r is used twice", index=where, name=name)
         names.add(name)
         cmd = process.get("cmd")
         valid_cmd = (isinstance(cmd, str) and cmd.strip()) or (
             isinstance(cmd, list) and cmd and all(isinstance(arg, str) for arg in cmd) and cmd[0]
         )
         if not valid_cmd or "\x00" in str(cmd):
-            return f"{name}: cmd must be a shell string or a non-empty argv list"
+            return N_("%(name)s: cmd must be a shell string or a non-empty argv list", name=name)
         cwd = process.get("cwd", "/workspace")
         if not isinstance(cwd, str) or not cwd.startswith("/") or "\x00" in cwd:
-            return f"{name}: cwd must be an absolute path"
+            return N_("%(name)s: cwd must be an absolute path", name=name)
         env = process.get("env", {})
         if not isinstance(env, dict) or not all(
             isinstance(k, str) and _ENV_NAME.fullmatch(k) and isinstance(v, str) and "\x00" not in v
             for k, v in env.items()
         ):
-            return f"{name}: env must map variable names to string values"
+            return N_("%(name)s: env must map variable names to string values", name=name)
         if not isinstance(process.get("restart", True), bool):
-            return f"{name}: restart must be true or false"
-    return ""
+            return N_("%(name)s: restart must be true or false", name=name)
+    return None
 
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -289,7 +309,7 @@ class Skill(models.Model):
         validators=[
             RegexValidator(
                 r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
-                "letters, digits, '_', '.', '-', starting with a letter or digit",
+                _("letters, digits, '_', '.', '-', starting with a letter or digit"),
             )
         ],
     )
@@ -313,21 +333,37 @@ class Skill(models.Model):
     def clean(self) -> None:
         path = Path(self.host_path)
         if not path.is_absolute():
-            raise ValidationError({"host_path": "must be an absolute path"})
+            raise ValidationError({"host_path": _("must be an absolute path")})
         resolved = path.resolve()
         roots = [Path(root).resolve() for root in settings.BOXYARD_SKILL_ROOTS]
         if not any(resolved == root or root in resolved.parents for root in roots):
             raise ValidationError(
                 {
-                    "host_path": f"{resolved} is outside the skill roots the operator allows "
-                    f"({', '.join(map(str, roots))}; BOXYARD_SKILL_ROOTS)"
+                    "host_path": ValidationError(
+                        _(
+                            "%(path)s is outside the skill roots the operator allows (%(roots)s; "
+                            "BOXYARD_SKILL_ROOTS)"
+                        ),
+                        params={"path": resolved, "roots": ", ".join(map(str, roots))},
+                    )
                 }
             )
         if not resolved.is_dir():
-            raise ValidationError({"host_path": f"{resolved} is not a directory"})
+            raise ValidationError(
+                {
+                    "host_path": ValidationError(
+                        _("%(path)s is not a directory"), params={"path": resolved}
+                    )
+                }
+            )
         if _holds_docker_socket(resolved):
             raise ValidationError(
-                {"host_path": f"{resolved} holds a Docker socket; it may never enter a sandbox"}
+                {
+                    "host_path": ValidationError(
+                        _("%(path)s holds a Docker socket; it may never enter a sandbox"),
+                        params={"path": resolved},
+                    )
+                }
             )
 
 

@@ -12,7 +12,7 @@ import re
 import uuid
 from dataclasses import dataclass
 
-from boxyard.errors import InvalidInput
+from boxyard.errors import N_, InvalidInput, Message
 
 VARIABLES: tuple[str, ...] = (
     "launcher_type",
@@ -34,7 +34,11 @@ _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 
 
 class TemplateError(ValueError):
-    """A template that cannot be saved; the message names the problem."""
+    """A template that cannot be saved; `message` names the problem (`str()`: in English)."""
+
+    def __init__(self, message: Message) -> None:
+        super().__init__(str(message))
+        self.message = message
 
 
 @dataclass(frozen=True)
@@ -50,9 +54,11 @@ class _Chain:
 def parse(template: str) -> tuple[_Literal | _Chain, ...]:
     """Split a template into literals and placeholder chains, or raise TemplateError."""
     if not template or not template.strip():
-        raise TemplateError("the template is empty")
+        raise TemplateError(N_("the template is empty"))
     if len(template) > MAX_TEMPLATE_LENGTH:
-        raise TemplateError(f"the template is longer than {MAX_TEMPLATE_LENGTH} characters")
+        raise TemplateError(
+            N_("the template is longer than %(count)s characters", count=MAX_TEMPLATE_LENGTH)
+        )
     parts: list[_Literal | _Chain] = []
     position = 0
     for match in _PLACEHOLDER.finditer(template):
@@ -62,35 +68,49 @@ def parse(template: str) -> tuple[_Literal | _Chain, ...]:
     _literal(template[position:], parts)
     if not any(isinstance(part, _Chain) for part in parts):
         raise TemplateError(
-            "the template names no variable, so every chat would share one sandbox; "
-            "use at least one of " + ", ".join(f"{{{name}}}" for name in VARIABLES)
+            N_(
+                "the template names no variable, so every chat would share one sandbox; "
+                "use at least one of %(names)s",
+                names=", ".join(f"{{{name}}}" for name in VARIABLES),
+            )
         )
     return tuple(parts)
 
 
 def _literal(text: str, parts: list[_Literal | _Chain]) -> None:
     if "{" in text or "}" in text:
-        raise TemplateError(f"unbalanced brace in {text!r}")
+        raise TemplateError(N_("unbalanced brace in %(text)r", text=text))
     if text:
         parts.append(_Literal(text))
 
 
 def _chain(body: str) -> _Chain:
     names = tuple(name.strip() for name in body.split("|"))
+    chain = f"{{{body}}}"
     if not all(names):
-        raise TemplateError(f"empty variable name in {{{body}}}")
+        raise TemplateError(N_("empty variable name in %(chain)s", chain=chain))
     for index, name in enumerate(names):
         if name == GENERATED:
             if index != len(names) - 1:
-                raise TemplateError(f"'{GENERATED}' must come last in {{{body}}}")
+                raise TemplateError(
+                    N_(
+                        "'%(generated)s' must come last in %(chain)s",
+                        generated=GENERATED,
+                        chain=chain,
+                    )
+                )
         elif name not in VARIABLES:
             raise TemplateError(
-                f"unknown variable '{name}'; known variables are "
-                + ", ".join(VARIABLES)
-                + f" and '{GENERATED}' at the end of a chain"
+                N_(
+                    "unknown variable '%(name)s'; known variables are %(known)s and "
+                    "'%(generated)s' at the end of a chain",
+                    name=name,
+                    known=", ".join(VARIABLES),
+                    generated=GENERATED,
+                )
             )
     if len(set(names)) != len(names):
-        raise TemplateError(f"a variable repeats in {{{body}}}")
+        raise TemplateError(N_("a variable repeats in %(chain)s", chain=chain))
     return _Chain(names)
 
 
@@ -120,21 +140,24 @@ def clean_variables(variables: object) -> dict[str, str]:
     if variables is None:
         return {}
     if not isinstance(variables, dict):
-        raise InvalidInput("variables", "must be an object of variable name to value")
+        raise InvalidInput("variables", N_("must be an object of variable name to value"))
     cleaned: dict[str, str] = {}
     for name in VARIABLES:
         value = variables.get(name)
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, (str, int)):
-            raise InvalidInput(f"variables.{name}", "must be a string or an integer")
+            raise InvalidInput(f"variables.{name}", N_("must be a string or an integer"))
         text = str(value)
         if len(text) > MAX_VALUE_LENGTH:
-            raise InvalidInput(f"variables.{name}", f"is longer than {MAX_VALUE_LENGTH} characters")
+            raise InvalidInput(
+                f"variables.{name}",
+                N_("is longer than %(count)s characters", count=MAX_VALUE_LENGTH),
+            )
         if text.strip() and not any(ch in text for ch in "\x00\r\n"):
             cleaned[name] = text
         elif text.strip():
-            raise InvalidInput(f"variables.{name}", "must not contain NUL or line breaks")
+            raise InvalidInput(f"variables.{name}", N_("must not contain NUL or line breaks"))
     return cleaned
 
 
@@ -170,7 +193,7 @@ def resolve(template: str, variables: object) -> str:
     try:
         parts = parse(template)
     except TemplateError as error:
-        raise InvalidInput("scope_template", str(error)) from None
+        raise InvalidInput("scope_template", error.message) from None
     values = clean_variables(variables)
     pieces: list[str] = []
     for part in parts:
@@ -185,13 +208,25 @@ def resolve(template: str, variables: object) -> str:
                 pieces.append(values[name])
                 break
         else:
-            wanted = " or ".join(part.names)
             raise InvalidInput(
                 f"variables.{part.names[0]}",
-                f"the pipeline's sandbox scope needs {wanted}, and the request has none",
+                N_(
+                    "the pipeline's sandbox scope needs %(wanted)s, and the request has none",
+                    wanted=_either(part.names),
+                ),
                 missing=list(part.names),
             )
     key = "".join(pieces)
     if len(key) > MAX_KEY_LENGTH:
-        raise InvalidInput("variables", f"the scope key would be longer than {MAX_KEY_LENGTH}")
+        raise InvalidInput(
+            "variables", N_("the scope key would be longer than %(count)s", count=MAX_KEY_LENGTH)
+        )
     return key
+
+
+def _either(names: tuple[str, ...]) -> str | Message:
+    """The names as "a or b or c", the "or" in the reader's language."""
+    said: str | Message = names[-1]
+    for name in reversed(names[:-1]):
+        said = N_("%(name)s or %(rest)s", name=name, rest=said)
+    return said

@@ -11,7 +11,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from boxyard.actors import Actor
-from boxyard.errors import NotFound
+from boxyard.errors import N_, NotFound
 from pipelines.models import Pipeline, PipelineToken, hash_token
 from sandboxes.models import Event, Sandbox, State
 
@@ -79,11 +79,11 @@ def principal_for_user(user: AbstractBaseUser | AnonymousUser) -> Principal | No
 def pipeline_for(principal: Principal, slug: str) -> Pipeline:
     if principal.pipeline is not None:
         if principal.pipeline.slug != slug:
-            raise NotFound(f"no pipeline {slug!r}")
+            raise NotFound(N_("no pipeline %(slug)r", slug=slug))
         return principal.pipeline
     pipeline = Pipeline.objects.filter(slug=slug).first() if "\x00" not in slug else None
     if pipeline is None:
-        raise NotFound(f"no pipeline {slug!r}")
+        raise NotFound(N_("no pipeline %(slug)r", slug=slug))
     return pipeline
 
 

@@ -11,9 +11,11 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Model
+from django.utils import translation
+from django.utils.functional import lazy
 
 from boxyard.actors import Actor
-from boxyard.errors import Conflict, InvalidInput
+from boxyard.errors import N_, Conflict, InvalidInput, Message
 from pipelines.models import Pipeline, PipelineToken, Skill
 from sandboxes import events
 from sandboxes.models import Sandbox, State, StopReason
@@ -62,8 +64,12 @@ def delete_pipeline(
     )
     if live and not close_sandboxes:
         raise Conflict(
-            f"pipeline {pipeline.slug} has {len(live)} live sandboxes; close them first, or "
-            "delete it with its sandboxes",
+            N_(
+                "pipeline %(pipeline)s has %(count)s live sandboxes; close them first, or "
+                "delete it with its sandboxes",
+                pipeline=pipeline.slug,
+                count=len(live),
+            ),
             sandboxes=len(live),
         )
     for sandbox in live:
@@ -84,7 +90,7 @@ def issue_token(
 ) -> tuple[PipelineToken, str]:
     """A new API token; returns its row and its plaintext, shown once and never stored."""
     if not isinstance(name, str) or len(name) > 100:
-        raise InvalidInput("name", "must be at most 100 characters")
+        raise InvalidInput("name", N_("must be at most %(count)s characters", count=100))
     with transaction.atomic():
         token, plaintext = PipelineToken.issue(pipeline, name=name)
         _record(
@@ -123,7 +129,13 @@ def add_skill(skill: Skill, actor: Actor, *, via: str = "") -> Skill:
             )  # fmt: skip
             refill_later()
     except IntegrityError:
-        raise Conflict(f"pipeline {pipeline.slug} already has a skill {skill.name!r}") from None
+        raise Conflict(
+            N_(
+                "pipeline %(pipeline)s already has a skill %(name)r",
+                pipeline=pipeline.slug,
+                name=skill.name,
+            )
+        ) from None
     return skill
 
 
@@ -142,7 +154,11 @@ def change_skill(skill: Skill, actor: Actor, values: Mapping[str, Any], *, via: 
                 refill_later()
     except IntegrityError:
         raise Conflict(
-            f"pipeline {skill.pipeline.slug} already has a skill {values.get('name')!r}"
+            N_(
+                "pipeline %(pipeline)s already has a skill %(name)r",
+                pipeline=skill.pipeline.slug,
+                name=values.get("name"),
+            )
         ) from None
     return current
 
@@ -180,15 +196,23 @@ def _shown(value: object) -> object:
 def _check(instance: Model, *, constraints: bool = True) -> None:
     """The model's own rules; their first refusal as InvalidInput naming the field, all of
     them in `errors`. Without `constraints`, the caller relies on the database's (and says
-    which name is taken)."""
+    which name is taken). The model says them in the active language (its form shows them):
+    the error's message and `errors` are the English, its localized text the reader's."""
     try:
         instance.full_clean(validate_constraints=constraints)
     except ValidationError as error:
-        found = error.message_dict
+        with translation.override(None):
+            found = {name: " ".join(said) for name, said in error.message_dict.items()}
         field = next(iter(found))
-        raise InvalidInput(
-            field, " ".join(found[field]), errors={name: " ".join(m) for name, m in found.items()}
-        ) from None
+        words = Message("%(words)s", words=_said_lazily(error, field))
+        raise InvalidInput(field, words, errors=found) from None
+
+
+def _said(error: ValidationError, field: str) -> str:
+    return " ".join(error.message_dict[field])
+
+
+_said_lazily = lazy(_said, str)  # in the language active when it is shown
 
 
 def _record(actor: Actor, action: str, pipeline: Pipeline | None, via: str, **detail: Any) -> None:

@@ -78,7 +78,7 @@ def pipeline_edit(request: HttpRequest, slug: str | None = None) -> HttpResponse
             else:
                 saved = services.update_pipeline(pipeline, admin_actor(request), values)
         except BoxyardError as error:
-            form.add_error(None, error.message)
+            form.add_error(None, error.localized())
         else:
             messages.success(request, _("Pipeline %(slug)s saved.") % {"slug": saved.slug})
             return redirect("pipeline", slug=saved.slug)
@@ -117,13 +117,13 @@ def _preview(preset: str | None, typed: str | None) -> dict[str, Any]:
     try:
         scope.validate(template)
     except scope.TemplateError as error:
-        return {"preview_error": str(error), "preview": []}
+        return {"preview_error": error.message.localized(), "preview": []}
     preview = []
     for label, variables in SAMPLE_CHATS:
         try:
             preview.append((label, scope.resolve(template, variables), ""))
         except InvalidInput as error:
-            preview.append((label, "", error.message))
+            preview.append((label, "", error.localized()))
     return {"preview_error": "", "preview": preview, "template": template}
 
 
@@ -169,7 +169,7 @@ def skill_add(request: HttpRequest, slug: str) -> HttpResponse:
             )
             messages.success(request, _("Skill %(name)s added.") % {"name": skill.name})
         except BoxyardError as error:
-            messages.error(request, error.message)
+            messages.error(request, error.localized())
     else:
         for field, errors in form.errors.items():
             messages.error(request, f"{field}: {' '.join(map(str, errors))}")
@@ -198,7 +198,7 @@ def pipeline_delete(request: HttpRequest, slug: str) -> HttpResponse:
             pipeline, admin_actor(request), close_sandboxes=request.POST.get("close") == "1"
         )
     except BoxyardError as error:
-        messages.error(request, error.message)
+        messages.error(request, error.localized())
         return redirect("pipeline", slug=pipeline.slug)
     messages.success(
         request,

@@ -148,7 +148,7 @@ def processes_of(sandbox: Sandbox) -> dict[str, Any]:
     try:
         context["processes"] = read_processes(sandbox)
     except BoxyardError as error:
-        context["processes_error"] = error.message
+        context["processes_error"] = error.localized()
     return context
 
 

@@ -13,7 +13,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHt
 from django.utils.cache import get_conditional_response
 from django.utils.http import content_disposition_header, http_date
 
-from boxyard.errors import RangeNotSatisfiable
+from boxyard.errors import N_, RangeNotSatisfiable
 from boxyard.threads import pulled
 from sandboxes import services
 from sandboxes.models import Sandbox
@@ -86,13 +86,21 @@ def _range(request: HttpRequest, info: FileInfo) -> tuple[int, int] | None:
     if first == "":  # the last N bytes
         length = min(int(last), size)
         if length == 0:
-            raise RangeNotSatisfiable(f"{info.path} has {size} bytes", size=size)
+            raise RangeNotSatisfiable(
+                N_("%(path)s has %(size)s bytes", path=info.path, size=size), size=size
+            )
         return size - length, length
     start = int(first)
     end = min(int(last), size - 1) if last else size - 1
     if start >= size or end < start:
         raise RangeNotSatisfiable(
-            f"the range starts at {start} but {info.path} has {size} bytes", size=size
+            N_(
+                "the range starts at %(start)s but %(path)s has %(size)s bytes",
+                start=start,
+                path=info.path,
+                size=size,
+            ),
+            size=size,
         )
     return start, end - start + 1
 

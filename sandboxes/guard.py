@@ -1,6 +1,6 @@
 """The one guard of every change made to a sandbox: act on it as this holder.
 
-    with acting_on(sandbox, actor, "exec", holder=holder, epoch=epoch) as acting:
+    with acting_on(sandbox, actor, N_("exec"), holder=holder, epoch=epoch) as acting:
         ...  # acting.sandbox: the row, locked and read again; acting.lease: the caller's lease
 
 In one transaction: the holder and epoch are checked as input, the row is locked and read
@@ -26,9 +26,18 @@ from django.db import transaction
 from django.db.models.functions import Now
 
 from boxyard.actors import Actor
-from boxyard.errors import InvalidInput, InvalidState, LeaseBusy, NotFound, StaleEpoch, TakenOver
+from boxyard.errors import (
+    N_,
+    InvalidInput,
+    InvalidState,
+    LeaseBusy,
+    Message,
+    NotFound,
+    StaleEpoch,
+    TakenOver,
+)
 from sandboxes import events
-from sandboxes.models import Lease, Sandbox, State
+from sandboxes.models import Lease, Sandbox, State, StopReason
 
 MAX_HOLDER_LENGTH = 200
 # A lease is renewed by a call only when that moves its expiry by at least this much.
@@ -53,7 +62,7 @@ class Acting:
 def acting_on(
     sandbox: Sandbox,
     actor: Actor,
-    operation: str,
+    operation: str | Message,
     *,
     holder: object = None,
     epoch: object = None,
@@ -63,7 +72,8 @@ def acting_on(
 ) -> Iterator[Acting]:
     """Guard a change of `sandbox` by `actor` (the body runs inside the transaction).
 
-    `operation` names the change in refusals ("cannot exec: the sandbox is stopped").
+    `operation` names the change in refusals ("cannot exec: the sandbox is stopped"): an
+    `N_("exec")`, so that a refusal the dashboard shows names it in the admin's language.
     `hold_lease=False` skips the lease (an admin's stop, restart or reset needs none; the
     lease's own operations apply their own rule); `activity` counts the call as activity.
     Raises InvalidInput (holder, epoch), NotFound, InvalidState, LeaseBusy, TakenOver and
@@ -89,37 +99,61 @@ def _locked(sandbox: Sandbox) -> Sandbox:
     """
     locked = Sandbox.objects.select_for_update(no_key=True).filter(pk=sandbox.pk).first()
     if locked is None:
-        raise NotFound(f"no sandbox {sandbox.pk}")
+        raise NotFound(N_("no sandbox %(id)s", id=sandbox.pk))
     if Sandbox.pipeline.is_cached(sandbox):
         locked.pipeline = sandbox.pipeline
     return locked
 
 
-def require_state(sandbox: Sandbox, operation: str, states: Collection[State]) -> None:
+def require_state(sandbox: Sandbox, operation: str | Message, states: Collection[State]) -> None:
     if sandbox.state in states:
         return
     if tuple(states) == tuple(RUNNING):
         require_running(sandbox, operation)
-    raise InvalidState(f"cannot {operation}: the sandbox is {sandbox.state}", state=sandbox.state)
+    raise InvalidState(
+        N_(
+            "cannot %(operation)s: the sandbox is %(state)s",
+            operation=operation,
+            state=State(sandbox.state),
+        ),
+        state=sandbox.state,
+    )
 
 
-def require_running(sandbox: Sandbox, operation: str) -> None:
-    if sandbox.state != State.RUNNING:
-        why = f" ({sandbox.stop_reason})" if sandbox.stop_reason else ""
-        raise InvalidState(
-            f"cannot {operation}: the sandbox is {sandbox.state}{why}; open it again to start it",
-            state=sandbox.state,
-            stop_reason=sandbox.stop_reason,
+def require_running(sandbox: Sandbox, operation: str | Message) -> None:
+    if sandbox.state == State.RUNNING:
+        return
+    if sandbox.stop_reason:
+        said = N_(
+            "cannot %(operation)s: the sandbox is %(state)s (%(reason)s); open it again to "
+            "start it",
+            operation=operation,
+            state=State(sandbox.state),
+            reason=_reason(sandbox.stop_reason),
         )
+    else:
+        said = N_(
+            "cannot %(operation)s: the sandbox is %(state)s; open it again to start it",
+            operation=operation,
+            state=State(sandbox.state),
+        )
+    raise InvalidState(said, state=sandbox.state, stop_reason=sandbox.stop_reason)
+
+
+def _reason(value: str) -> StopReason | str:
+    """A stop reason as a choice (its label is words of the admin's language), or as it is."""
+    return StopReason(value) if value in StopReason.values else value
 
 
 def clean_holder(holder: object, sandbox: Sandbox) -> str:
     if holder is None or holder == "":
         return sandbox.scope_key[:MAX_HOLDER_LENGTH]
     if not isinstance(holder, str) or not holder.strip():
-        raise InvalidInput("holder", "must be a non-empty string")
+        raise InvalidInput("holder", N_("must be a non-empty string"))
     if len(holder) > MAX_HOLDER_LENGTH or any(ord(ch) < 32 for ch in holder):
-        raise InvalidInput("holder", f"must be at most {MAX_HOLDER_LENGTH} printable characters")
+        raise InvalidInput(
+            "holder", N_("must be at most %(count)s printable characters", count=MAX_HOLDER_LENGTH)
+        )
     return holder
 
 
@@ -127,7 +161,7 @@ def clean_epoch(epoch: object) -> int | None:
     if epoch is None:
         return None
     if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-        raise InvalidInput("epoch", "must be a non-negative integer")
+        raise InvalidInput("epoch", N_("must be a non-negative integer"))
     return epoch
 
 
@@ -154,13 +188,22 @@ def authorize(sandbox: Sandbox, holder: str, epoch: int | None, actor: Actor) ->
             raise refusal(lease, holder)
         if epoch is not None and epoch != lease.epoch:
             raise StaleEpoch(
-                f"epoch {epoch} is stale; the lease is at epoch {lease.epoch}", epoch=lease.epoch
+                N_(
+                    "epoch %(epoch)s is stale; the lease is at epoch %(current)s",
+                    epoch=epoch,
+                    current=lease.epoch,
+                ),
+                epoch=lease.epoch,
             )
     elif epoch is not None and (lease.holder != holder or epoch != lease.epoch):
         # The lease lapsed and may have changed hands since this epoch was issued.
         raise StaleEpoch(
-            f"epoch {epoch} is stale (the lease is at epoch {lease.epoch}); open the sandbox "
-            "again to take a fresh lease",
+            N_(
+                "epoch %(epoch)s is stale (the lease is at epoch %(current)s); open the sandbox "
+                "again to take a fresh lease",
+                epoch=epoch,
+                current=lease.epoch,
+            ),
             epoch=lease.epoch,
         )
     elif lease.holder != holder:
@@ -205,12 +248,19 @@ def refusal(lease: Lease, holder: str) -> LeaseBusy | TakenOver:
     """Why `holder` may not act while `lease` is live: taken over from it, or busy."""
     if holder == lease.taken_over_from:
         return TakenOver(
-            f"the sandbox was taken over by {lease.holder}; wait until it is released",
+            N_(
+                "the sandbox was taken over by %(holder)s; wait until it is released",
+                holder=lease.holder,
+            ),
             holder=lease.holder,
             expires_at=lease.expires_at,
         )
     return LeaseBusy(
-        f"the sandbox is leased to {lease.holder} until {lease.expires_at:%Y-%m-%dT%H:%M:%SZ}",
+        N_(
+            "the sandbox is leased to %(holder)s until %(until)s",
+            holder=lease.holder,
+            until=f"{lease.expires_at:%Y-%m-%dT%H:%M:%SZ}",
+        ),
         holder=lease.holder,
         expires_at=lease.expires_at,
     )

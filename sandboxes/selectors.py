@@ -6,7 +6,7 @@ A principal sees its own pipeline's objects only; anything else is "not found", 
 
 from uuid import UUID
 
-from boxyard.errors import InvalidInput, NotFound
+from boxyard.errors import N_, InvalidInput, Message, NotFound
 from pipelines.selectors import Principal, pipeline_for, principal_for_token, principal_for_user
 from sandboxes.models import Exec, Sandbox, State
 
@@ -22,23 +22,23 @@ __all__ = [
 ]
 
 
-def _parse_id(value: object, what: str) -> UUID:
+def _parse_id(value: object, missing: Message) -> UUID:
     try:
         return value if isinstance(value, UUID) else UUID(str(value))
     except ValueError:
-        raise NotFound(f"no {what} {value!r}") from None
+        raise NotFound(missing) from None
 
 
 def sandbox_for(principal: Principal, sandbox_id: object) -> Sandbox:
     """The sandbox, if the principal may see it; its lease is read when first used."""
-    pk = _parse_id(sandbox_id, "sandbox")
+    pk = _parse_id(sandbox_id, N_("no sandbox %(id)r", id=sandbox_id))
     try:
         if principal.pipeline is None:
             return Sandbox.objects.select_related("pipeline").get(pk=pk)
         # A bot's pipeline is already loaded with its token: no join needed.
         sandbox = Sandbox.objects.get(pk=pk, pipeline=principal.pipeline)
     except Sandbox.DoesNotExist:
-        raise NotFound(f"no sandbox {sandbox_id}") from None
+        raise NotFound(N_("no sandbox %(id)s", id=sandbox_id)) from None
     sandbox.pipeline = principal.pipeline
     return sandbox
 
@@ -55,13 +55,15 @@ def sandboxes_for(
         queryset = queryset.filter(pipeline=principal.pipeline)
     if status:
         if status not in State.values:
-            raise InvalidInput("status", f"must be one of {', '.join(State.values)}")
+            raise InvalidInput(
+                "status", N_("must be one of %(choices)s", choices=", ".join(State.values))
+            )
         queryset = queryset.filter(state=status)
     else:
         queryset = queryset.live()
     if scope_key is not None:
         if "\x00" in scope_key:
-            raise InvalidInput("scope_key", "must not contain NUL characters")
+            raise InvalidInput("scope_key", N_("must not contain NUL characters"))
         queryset = queryset.filter(scope_key=scope_key)
     return list(queryset.order_by("-created_at")[:limit])
 
@@ -77,7 +79,8 @@ def running_sandbox_id(principal: Principal, scope_key: str) -> UUID | None:
 
 
 def exec_for(principal: Principal, sandbox: Sandbox, exec_id: object) -> Exec:
-    record = Exec.objects.filter(sandbox=sandbox, pk=_parse_id(exec_id, "exec")).first()
+    pk = _parse_id(exec_id, N_("no exec %(id)r", id=exec_id))
+    record = Exec.objects.filter(sandbox=sandbox, pk=pk).first()
     if record is None:
-        raise NotFound(f"no exec {exec_id} in this sandbox")
+        raise NotFound(N_("no exec %(id)s in this sandbox", id=exec_id))
     return record

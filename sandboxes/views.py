@@ -126,7 +126,7 @@ def sandbox_action(request: HttpRequest, sandbox_id: UUID, action: str) -> HttpR
             ) % {"key": key}
         messages.success(request, done)
     except BoxyardError as error:
-        messages.error(request, error.message)
+        messages.error(request, error.localized())
     return redirect("sandbox", sandbox_id=sandbox.pk)
 
 
@@ -232,7 +232,7 @@ def files(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
             context["entries"] = entries
             context["truncated"] = truncated
     except BoxyardError as error:
-        context["error"] = error.message
+        context["error"] = error.localized()
     return render(request, "sandboxes/_files.html", context)
 
 
@@ -243,7 +243,7 @@ def download(request: HttpRequest, sandbox_id: UUID) -> HttpResponseBase:
     try:
         return file_response(request, sandbox, request.GET.get("path") or "")
     except BoxyardError as error:
-        context = {"nav": "fleet", "sandbox": sandbox, "error": error.message}
+        context = {"nav": "fleet", "sandbox": sandbox, "error": error.localized()}
         return render(request, "sandboxes/file_error.html", context, status=problem(error).status)
 
 
@@ -255,7 +255,7 @@ def archive(request: HttpRequest, sandbox_id: UUID) -> HttpResponseBase:
     try:
         return archive_response(services.open_archive(sandbox, request.GET.get("path"), "zip"))
     except BoxyardError as error:
-        context = {"nav": "fleet", "sandbox": sandbox, "error": error.message}
+        context = {"nav": "fleet", "sandbox": sandbox, "error": error.localized()}
         return render(request, "sandboxes/file_error.html", context, status=problem(error).status)
 
 
@@ -281,7 +281,9 @@ def upload(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
         )
     except BoxyardError as error:
         answer = problem(error)
-        return JsonResponse(answer.body, status=answer.status, headers=answer.headers)
+        # The page's script shows the message to the admin: in the admin's language.
+        body = {"error": {**answer.body["error"], "message": error.localized()}}
+        return JsonResponse(body, status=answer.status, headers=answer.headers)
     message = _("%(path)s uploaded (%(size)s).") % {
         "path": written.path,
         "size": filesizeformat(written.size_bytes),
@@ -308,7 +310,7 @@ def delete(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
             sandbox, request.POST.get("path") or "", actor, recursive=True, holder=str(actor)
         )
     except BoxyardError as error:
-        messages.error(request, error.message)
+        messages.error(request, error.localized())
     return redirect("sandbox", sandbox_id=sandbox.pk)
 
 
@@ -333,7 +335,7 @@ def log(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
             chunks, record = services.exec_output(record, since)
             running = record.state == "running"
     except BoxyardError as error:
-        chunks = [{"seq": since, "stream": "stderr", "text": f"[{error.message}]\n"}]
+        chunks = [{"seq": since, "stream": "stderr", "text": f"[{error.localized()}]\n"}]
     last = max([since, *(int(chunk["seq"]) for chunk in chunks)])
     context = {
         "sandbox": sandbox,
@@ -360,7 +362,7 @@ def run_command(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
         exec_request = services.clean_request(sandbox, cmd=request.POST.get("cmd", ""))
         context["record"] = services.run_exec(sandbox, exec_request, actor, holder=str(actor))
     except BoxyardError as error:
-        context["error"] = error.message
+        context["error"] = error.localized()
     if request.htmx:  # type: ignore[attr-defined]  # set by django-htmx's middleware
         return render(request, "sandboxes/_run_result.html", context)
     if "record" in context:

@@ -8,12 +8,15 @@ from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.utils import translation
+from django.utils.functional import Promise
+from django.utils.translation import gettext_lazy as _
 
 from boxyard.actors import Actor
 from boxyard.errors import BoxyardError
 from boxyard.web import is_admin, parse_int
 from sandboxes import dashboard
-from sandboxes.consumers.base import REFUSED
+from sandboxes.consumers.base import REFUSED, language_of
 from sandboxes.services import terminal as terminal_service
 
 
@@ -34,6 +37,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
             await self.close(code=REFUSED)
             return
         self.actor = Actor("admin", user.get_username())
+        self.language = language_of(self.scope)
         self.sandbox_id = str(self.scope["url_route"]["kwargs"]["sandbox_id"])
         self.terminal: Any = None
         self.transcript = bytearray()
@@ -44,7 +48,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         }
         sandbox = await database_sync_to_async(dashboard.fleet_row)(self.sandbox_id)
         if sandbox is None:
-            await self.refuse("no such sandbox")
+            await self.refuse(_("No such sandbox."))
             return
         try:
             self.terminal, self.record = await database_sync_to_async(
@@ -56,14 +60,17 @@ class TerminalConsumer(AsyncWebsocketConsumer):
                 rows=parse_int(query.get("rows")),
             )
         except BoxyardError as error:
-            await self.refuse(error.message)
+            await self.refuse(error)
             return
         self.socket = self.terminal.socket
         self.socket.setblocking(False)
         self.pump = asyncio.create_task(self.relay_screen())
 
-    async def refuse(self, why: str) -> None:
-        await self.send(text_data=f"\r\n\x1b[31m{why}\x1b[0m\r\n")
+    async def refuse(self, why: BoxyardError | Promise) -> None:
+        """Say why on the terminal's screen, in the admin's language, and close."""
+        with translation.override(self.language):
+            text = why.localized() if isinstance(why, BoxyardError) else str(why)
+        await self.send(text_data=f"\r\n\x1b[31m{text}\x1b[0m\r\n")
         await self.close(code=REFUSED)
 
     async def relay_screen(self) -> None:

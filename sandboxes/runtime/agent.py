@@ -21,11 +21,13 @@ from typing import Any
 from django.conf import settings
 
 from boxyard.errors import (
+    N_,
     AgentGone,
     AgentTimeout,
     BoxyardError,
     Conflict,
     InvalidInput,
+    Message,
     NotFound,
     RuntimeFailure,
 )
@@ -44,7 +46,8 @@ _SLOW_SECONDS = 0.05
 
 def _agent_error(message: dict[str, Any]) -> BoxyardError:
     code = message.get("code", "internal")
-    text = str(message.get("error") or "the sandbox agent refused the request")
+    said = message.get("error")  # the agent's own words stay as it says them
+    text: str | Message = str(said) if said else N_("the sandbox agent refused the request")
     if code in ("unknown_exec", "unknown_session", "unknown_process"):
         error: BoxyardError = NotFound(text)
     elif code == "busy":
@@ -52,7 +55,7 @@ def _agent_error(message: dict[str, Any]) -> BoxyardError:
     elif code == "bad_request":
         error = InvalidInput("request", text)
     else:
-        error = RuntimeFailure(f"the sandbox agent failed: {text}")
+        error = RuntimeFailure(N_("the sandbox agent failed: %(text)s", text=text))
     error.agent_code = code  # type: ignore[attr-defined]  # the agent's own code, for debugging
     return error
 
@@ -109,7 +112,7 @@ class AgentChannel:
         try:
             self._duplex.send(line.encode() + b"\n")
         except OSError as error:
-            self._fail(f"cannot write to the agent: {error}")
+            self._fail(N_("cannot write to the agent: %(error)s", error=error))
         if on_slow is not None and not pending.event.wait(
             min(_SLOW_SECONDS, deadline or _SLOW_SECONDS)
         ):
@@ -118,7 +121,13 @@ class AgentChannel:
             with self._lock:
                 self._pending.pop(request_id, None)
                 self._subscribers.pop(request_id, None)
-            raise AgentTimeout(f"the sandbox agent did not answer {op!r} within {deadline:.0f} s")
+            raise AgentTimeout(
+                N_(
+                    "the sandbox agent did not answer %(op)r within %(seconds).0f s",
+                    op=op,
+                    seconds=deadline,
+                )
+            )
         if pending.error is not None:
             raise pending.error
         assert pending.message is not None
@@ -139,11 +148,13 @@ class AgentChannel:
                 pass
 
     def close(self) -> None:
-        self._fail("the channel was closed")
+        self._fail(N_("the channel was closed"))
 
-    def _why(self) -> str:
+    def _why(self) -> Message:
         detail = self._stderr.decode(errors="replace").strip()
-        return "the sandbox agent is not reachable" + (f": {detail}" if detail else "")
+        if detail:
+            return N_("the sandbox agent is not reachable: %(detail)s", detail=detail)
+        return N_("the sandbox agent is not reachable")
 
     def _read(self) -> None:
         lines = LineBuffer(_MAX_LINE)
@@ -193,7 +204,7 @@ class AgentChannel:
             pending.message = message
             pending.event.set()
 
-    def _fail(self, reason: str) -> None:
+    def _fail(self, reason: Message) -> None:
         with self._lock:
             if self.closed and not self._pending and not self._subscribers:
                 return
@@ -205,7 +216,7 @@ class AgentChannel:
             waiting.event.set()
         for subscriber in subscribers.values():
             try:
-                subscriber({"event": "gone", "reason": reason})
+                subscriber({"event": "gone", "reason": str(reason)})
             except Exception:
                 log.exception("agent subscriber failed")
         self._duplex.close()

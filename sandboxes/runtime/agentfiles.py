@@ -16,7 +16,7 @@ import socket
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from boxyard.errors import RuntimeFailure
+from boxyard.errors import N_, RuntimeFailure
 from sandboxes.runtime import ExecResult
 from sandboxes.runtime.streams import send_all
 
@@ -91,7 +91,13 @@ def get(
         header = reader.answer()
         promised = header.get("length", 0) if header.get("ok") else 0
         if not isinstance(promised, int) or isinstance(promised, bool) or promised < 0:
-            raise RuntimeFailure(f"the sandbox agent promised {promised!r} bytes of {path}")
+            raise RuntimeFailure(
+                N_(
+                    "the sandbox agent promised %(count)r bytes of %(path)s",
+                    count=promised,
+                    path=path,
+                )
+            )
     except BaseException:
         sock.close()
         raise
@@ -121,10 +127,14 @@ class Body:
                 try:
                     piece = self._sock.recv(min(left, _PIECE))
                 except TimeoutError:
-                    raise RuntimeFailure(f"reading {self._path} stalled") from None
+                    raise RuntimeFailure(N_("reading %(path)s stalled", path=self._path)) from None
                 if not piece:
                     raise RuntimeFailure(
-                        f"{self._path} ended {left} bytes short (changed meanwhile)"
+                        N_(
+                            "%(path)s ended %(count)s bytes short (changed meanwhile)",
+                            path=self._path,
+                            count=left,
+                        )
                     )
                 left -= len(piece)
                 yield piece
@@ -150,23 +160,25 @@ class _Lines:
         data = self.rest
         while b"\n" not in data:
             if len(data) > _ANSWER_BYTES:
-                raise RuntimeFailure("the sandbox agent's answer is too long")
+                raise RuntimeFailure(N_("the sandbox agent's answer is too long"))
             try:
                 piece = self._sock.recv(_ANSWER_BYTES)
             except TimeoutError:
-                raise RuntimeFailure("the sandbox agent did not answer in time") from None
+                raise RuntimeFailure(N_("the sandbox agent did not answer in time")) from None
             if not piece:
-                raise RuntimeFailure("the sandbox agent ended the transfer without an answer")
+                raise RuntimeFailure(N_("the sandbox agent ended the transfer without an answer"))
             data += piece
         line, _, self.rest = data.partition(b"\n")
         try:
             answer = json.loads(line)
         except ValueError:
-            raise RuntimeFailure(f"the sandbox agent answered {line[:80]!r}") from None
+            raise RuntimeFailure(
+                N_("the sandbox agent answered %(said)r", said=line[:80])
+            ) from None
         if not isinstance(answer, dict):
-            raise RuntimeFailure(f"the sandbox agent answered {line[:80]!r}")
+            raise RuntimeFailure(N_("the sandbox agent answered %(said)r", said=line[:80]))
         if "verdict" not in answer and answer.get("code") == "bad_request" and "id" in answer:
             raise Unsupported(str(answer.get("error")))
         if "verdict" not in answer and not answer.get("ok") and not answer.get("ready"):
-            raise RuntimeFailure(f"the sandbox agent failed: {answer.get('error')}")
+            raise RuntimeFailure(N_("the sandbox agent failed: %(text)s", text=answer.get("error")))
         return answer

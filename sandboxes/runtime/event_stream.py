@@ -20,7 +20,7 @@ from datetime import datetime
 from time import monotonic
 from typing import Any
 
-from boxyard.errors import RuntimeUnavailable
+from boxyard.errors import N_, RuntimeUnavailable
 from sandboxes.runtime import ContainerEvent
 
 log = logging.getLogger(__name__)
@@ -96,7 +96,7 @@ class ResumingEvents:
             if monotonic() - opened < self._window_seconds / 2:
                 early_ends += 1
                 if early_ends >= _EARLY_ENDS:
-                    raise RuntimeUnavailable("the engine keeps dropping its event stream")
+                    raise RuntimeUnavailable(N_("the engine keeps dropping its event stream"))
                 self._closed.wait(_EARLY_WAIT_SECONDS * 2**early_ends)
             else:
                 early_ends = 0

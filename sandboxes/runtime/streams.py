@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 
-from boxyard.errors import ExecDeadlineExceeded
+from boxyard.errors import N_, ExecDeadlineExceeded
 
 STDOUT, STDERR = 1, 2
 _CHUNK = 64 * 1024
@@ -63,7 +63,7 @@ def frames(sock: socket.socket, deadline: float | None) -> Iterator[tuple[int, b
         if deadline is not None:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise ExecDeadlineExceeded("the command's output stream did not end in time")
+                raise ExecDeadlineExceeded(N_("the command's output stream did not end in time"))
             ready, _, _ = select.select([sock], [], [], remaining)
             if not ready:
                 continue
@@ -71,7 +71,7 @@ def frames(sock: socket.socket, deadline: float | None) -> Iterator[tuple[int, b
             data = sock.recv(_CHUNK)
         except TimeoutError:
             raise ExecDeadlineExceeded(
-                "the command's output stream went silent for too long"
+                N_("the command's output stream went silent for too long")
             ) from None
         if not data:
             return

@@ -11,7 +11,7 @@ from typing import Literal
 from django.db import IntegrityError, transaction
 
 from boxyard.actors import Actor
-from boxyard.errors import InvalidState, PoolExhausted
+from boxyard.errors import N_, InvalidState, PoolExhausted
 from pipelines.models import Pipeline, PoolPolicy
 from pipelines.scope import Scope
 from sandboxes import events, lifecycle, metrics
@@ -51,16 +51,23 @@ def claim(pipeline: Pipeline, scope: Scope, actor: Actor, holder: str | None) ->
         # The pool is empty: the miss is recorded (and the refill asked for) as it commits.
         if found == _REFUSE:
             raise PoolExhausted(
-                f"the warm pool of pipeline {pipeline.slug} has no ready sandbox; try again "
-                "in a moment",
+                N_(
+                    "the warm pool of pipeline %(pipeline)s has no ready sandbox; try again "
+                    "in a moment",
+                    pipeline=pipeline.slug,
+                ),
                 retry_after=1,
             )
         now = time.monotonic()
         waited_until = waited_until or now + pipeline.pool_wait_seconds
         if now >= waited_until:
             raise PoolExhausted(
-                f"the warm pool of pipeline {pipeline.slug} has no ready sandbox (waited "
-                f"{pipeline.pool_wait_seconds} s); try again in a moment",
+                N_(
+                    "the warm pool of pipeline %(pipeline)s has no ready sandbox (waited "
+                    "%(seconds)s s); try again in a moment",
+                    pipeline=pipeline.slug,
+                    seconds=pipeline.pool_wait_seconds,
+                ),
                 retry_after=1,
             )
         time.sleep(_POOL_POLL_SECONDS)
@@ -82,7 +89,7 @@ def _find_or_make(
     if existing is not None:
         if existing.state == State.STOPPING:
             raise InvalidState(
-                "the sandbox is stopping; open it again in a moment", state=existing.state
+                N_("the sandbox is stopping; open it again in a moment"), state=existing.state
             )
         if existing.state in (State.STOPPED, State.ERROR):
             check_quota(pipeline)  # a stopped or failed sandbox holds no slot until it starts

@@ -12,7 +12,7 @@ from uuid import UUID
 
 from boxyard import chaos
 from boxyard.actors import Actor
-from boxyard.errors import BoxyardError
+from boxyard.errors import N_, BoxyardError
 from sandboxes import lifecycle
 from sandboxes.guard import LIVE, acting_on, authorize
 from sandboxes.models import Sandbox, State, StopReason
@@ -36,7 +36,7 @@ def close_sandbox(
     it. `force` skips the lease (admins, the reaper, compute mode).
     """
     with acting_on(
-        sandbox, actor, "close the sandbox", holder=holder, epoch=epoch, states=LIVE,
+        sandbox, actor, N_("close the sandbox"), holder=holder, epoch=epoch, states=LIVE,
         hold_lease=False,
     ) as acting:  # fmt: skip
         sandbox = acting.sandbox

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from django.db import transaction
 
 from boxyard.actors import Actor
-from boxyard.errors import InvalidInput
+from boxyard.errors import N_, InvalidInput
 from pipelines.models import Pipeline, Retention
 from sandboxes.models import Exec, StopReason
 from sandboxes.services import containers, files
@@ -49,9 +49,11 @@ def run_code(
     The sandbox and its workspace are removed even when the run fails or times out.
     """
     if not isinstance(language, str) or language not in LANGUAGES:
-        raise InvalidInput("language", f"must be one of {', '.join(LANGUAGES)}")
+        raise InvalidInput(
+            "language", N_("must be one of %(choices)s", choices=", ".join(LANGUAGES))
+        )
     if not isinstance(code, str):
-        raise InvalidInput("code", "must be a string")
+        raise InvalidInput("code", N_("must be a string"))
     extra = _clean_files(files_in)
     entry, argv = LANGUAGES[language]
     # A fresh command: the agent (the container's main process) runs it outside any
@@ -84,7 +86,9 @@ def _clean_files(files_in: object) -> dict[str, str]:
     if files_in is None:
         return {}
     if not isinstance(files_in, dict) or len(files_in) > MAX_FILES:
-        raise InvalidInput("files", f"must be an object of at most {MAX_FILES} path → text")
+        raise InvalidInput(
+            "files", N_("must be an object of at most %(count)s path → text", count=MAX_FILES)
+        )
     cleaned = {}
     for path, contents in files_in.items():
         target = files.workspace_path(path, field="files")
@@ -92,8 +96,10 @@ def _clean_files(files_in: object) -> dict[str, str]:
             posixpath.basename(target) in ("main.py", "main.sh")
             and posixpath.dirname(target) == "/workspace"
         ):
-            raise InvalidInput("files", f"{path} would be replaced by the code to run")
+            raise InvalidInput(
+                "files", N_("%(path)s would be replaced by the code to run", path=path)
+            )
         if not isinstance(contents, str):
-            raise InvalidInput(f"files.{path}", "must be text")
+            raise InvalidInput(f"files.{path}", N_("must be text"))
         cleaned[target] = contents
     return cleaned

@@ -8,6 +8,7 @@ from typing import Any
 from boxyard import chaos
 from boxyard.actors import SYSTEM, Actor
 from boxyard.errors import (
+    N_,
     BoxyardError,
     ImageMissing,
     ImageNotAllowed,
@@ -78,7 +79,11 @@ def _image_labels(runtime: Runtime, image: str) -> dict[str, str]:
         runtime.pull(image)
     except RuntimeFailure as error:
         raise ImageMissing(
-            f"image {image} is not on the engine and could not be pulled: {error.message}"
+            N_(
+                "image %(image)s is not on the engine and could not be pulled: %(error)s",
+                image=image,
+                error=error,
+            )
         ) from error
     return runtime.image_labels(image) or {}
 
@@ -113,8 +118,10 @@ def gone(sandbox: Sandbox, error: BaseException, actor: Actor) -> InvalidState:
     and the error to give the caller."""
     lifecycle.move(sandbox, lifecycle.LOSE_CONTAINER, actor, reason=str(error))
     return InvalidState(
-        "the sandbox's container is gone; open the sandbox again to recreate it "
-        "(the workspace is kept)",
+        N_(
+            "the sandbox's container is gone; open the sandbox again to recreate it "
+            "(the workspace is kept)"
+        ),
         state=State.UNKNOWN,
     )
 

@@ -3,7 +3,7 @@
 from django.conf import settings
 
 from boxyard.actors import Actor
-from boxyard.errors import QuotaExceeded
+from boxyard.errors import N_, QuotaExceeded
 from pipelines.models import Pipeline
 from sandboxes import lifecycle
 from sandboxes.models import Sandbox, State
@@ -50,14 +50,23 @@ def check_quota(pipeline: Pipeline) -> None:
     live = Sandbox.objects.filter(pipeline=pipeline, state__in=QUOTA_STATES).count()
     if live >= pipeline.max_live_sandboxes:
         raise QuotaExceeded(
-            f"pipeline {pipeline.slug} has {live} live sandboxes, its maximum "
-            f"(max_live_sandboxes={pipeline.max_live_sandboxes})",
+            N_(
+                "pipeline %(pipeline)s has %(count)s live sandboxes, its maximum "
+                "(max_live_sandboxes=%(limit)s)",
+                pipeline=pipeline.slug,
+                count=live,
+                limit=pipeline.max_live_sandboxes,
+            ),
             limit=pipeline.max_live_sandboxes,
         )
     total = Sandbox.objects.filter(state__in=QUOTA_STATES).count()
     if total >= settings.BOXYARD_MAX_LIVE_SANDBOXES:
         raise QuotaExceeded(
-            f"this Boxyard runs {total} live sandboxes, the operator's maximum "
-            f"(BOXYARD_MAX_LIVE_SANDBOXES={settings.BOXYARD_MAX_LIVE_SANDBOXES})",
+            N_(
+                "this Boxyard runs %(count)s live sandboxes, the operator's maximum "
+                "(BOXYARD_MAX_LIVE_SANDBOXES=%(limit)s)",
+                count=total,
+                limit=settings.BOXYARD_MAX_LIVE_SANDBOXES,
+            ),
             limit=settings.BOXYARD_MAX_LIVE_SANDBOXES,
         )

@@ -6,7 +6,7 @@ itself.
 """
 
 from boxyard.actors import Actor
-from boxyard.errors import InvalidInput, StaleEpoch
+from boxyard.errors import N_, InvalidInput, StaleEpoch
 from sandboxes import events
 from sandboxes.guard import (
     LIVE,
@@ -26,7 +26,7 @@ def renew_lease(
 ) -> Lease:
     """Renew the caller's lease (a free one is taken)."""
     with acting_on(
-        sandbox, actor, "renew the lease", holder=holder, epoch=epoch, states=LIVE
+        sandbox, actor, N_("renew the lease"), holder=holder, epoch=epoch, states=LIVE
     ) as acting:
         assert acting.lease is not None
         return acting.lease
@@ -37,7 +37,7 @@ def keep_alive(
 ) -> Sandbox:
     """Count as activity now (the idle deadline moves) and renew the lease: for a holder
     that is thinking, not running commands. The time to live does not move."""
-    with acting_on(sandbox, actor, "keep alive", holder=holder, epoch=epoch) as acting:
+    with acting_on(sandbox, actor, N_("keep alive"), holder=holder, epoch=epoch) as acting:
         acting.sandbox.record_activity(force=True)
     return acting.sandbox
 
@@ -52,7 +52,7 @@ def release_lease(
 ) -> Lease:
     """Free the lease. Only its holder may, unless `force` (an admin or the system)."""
     with acting_on(
-        sandbox, actor, "release the lease", holder=holder, epoch=epoch, states=LIVE,
+        sandbox, actor, N_("release the lease"), holder=holder, epoch=epoch, states=LIVE,
         hold_lease=False,
     ) as acting:  # fmt: skip
         lease, now = locked_lease(acting.sandbox)
@@ -61,7 +61,11 @@ def release_lease(
                 raise refusal(lease, acting.holder)
             if epoch is not None and epoch != lease.epoch:
                 raise StaleEpoch(
-                    f"epoch {epoch} is stale; the lease is at epoch {lease.epoch}",
+                    N_(
+                        "epoch %(epoch)s is stale; the lease is at epoch %(current)s",
+                        epoch=epoch,
+                        current=lease.epoch,
+                    ),
                     epoch=lease.epoch,
                 )
         previous = lease.holder
@@ -80,9 +84,11 @@ def takeover_lease(
 ) -> Lease:
     """Take the lease whoever holds it; the previous holder's calls get 423 until released."""
     if not isinstance(reason, str) or len(reason) > MAX_REASON or any(ord(c) < 32 for c in reason):
-        raise InvalidInput("reason", f"must be at most {MAX_REASON} printable characters")
+        raise InvalidInput(
+            "reason", N_("must be at most %(count)s printable characters", count=MAX_REASON)
+        )
     with acting_on(
-        sandbox, actor, "take the sandbox over", holder=holder or str(actor), states=LIVE,
+        sandbox, actor, N_("take the sandbox over"), holder=holder or str(actor), states=LIVE,
         hold_lease=False,
     ) as acting:  # fmt: skip
         lease, now = locked_lease(acting.sandbox)

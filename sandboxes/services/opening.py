@@ -8,6 +8,7 @@ from uuid import UUID
 
 from boxyard import chaos
 from boxyard.actors import SYSTEM, Actor
+from boxyard.errors import N_
 from pipelines import scope
 from pipelines.models import Pipeline
 from sandboxes import lifecycle
@@ -72,7 +73,7 @@ def restart_sandbox(sandbox: Sandbox, actor: Actor) -> Sandbox:
     """A new container on the same workspace (an admin's restart): the lease, the history and
     the sessions' saved state stay."""
     with acting_on(
-        sandbox, actor, "restart", states=lifecycle.RESTART.sources, hold_lease=False
+        sandbox, actor, N_("restart"), states=lifecycle.RESTART.sources, hold_lease=False
     ) as acting:
         locked = acting.sandbox
         old_container = locked.container_id

@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import transaction
 
 from boxyard.actors import Actor
-from boxyard.errors import BoxyardError, InvalidInput, NotFound
+from boxyard.errors import N_, BoxyardError, InvalidInput, Message, NotFound
 from boxyard.threads import release_connection
 from sandboxes import events
 from sandboxes.guard import acting_on, require_running
@@ -86,10 +86,12 @@ def start_after_boot(sandbox: Sandbox) -> None:
             )
 
 
-def _agent_for(sandbox: Sandbox, operation: str) -> AgentChannel:
+def _agent_for(sandbox: Sandbox, operation: Message) -> AgentChannel:
     require_running(sandbox, operation)
     if not sandbox.agent:
-        raise InvalidInput("process", "this sandbox runs without the agent, so it has no processes")
+        raise InvalidInput(
+            "process", N_("this sandbox runs without the agent, so it has no processes")
+        )
     return channel(sandbox.container_id)
 
 
@@ -132,7 +134,12 @@ def _process(sandbox: Sandbox, name: str, agent: AgentChannel) -> dict[str, Any]
     declared = _declared(sandbox)
     if name not in declared:
         raise NotFound(
-            f"pipeline {sandbox.pipeline.slug} declares no process {name!r}", process=name
+            N_(
+                "pipeline %(pipeline)s declares no process %(name)r",
+                pipeline=sandbox.pipeline.slug,
+                name=name,
+            ),
+            process=name,
         )
     start_declared(sandbox, agent)
     for info in agent.call("process.list").get("processes") or []:
@@ -141,22 +148,34 @@ def _process(sandbox: Sandbox, name: str, agent: AgentChannel) -> dict[str, Any]
                 **_render(info, declared[name]),
                 "exec": info.get("exec") if isinstance(info.get("exec"), str) else None,
             }
-    raise NotFound(f"process {name!r} is not running in this sandbox", process=name)
+    raise NotFound(N_("process %(name)r is not running in this sandbox", name=name), process=name)
+
+
+def _not_running(name: str, info: dict[str, Any]) -> InvalidInput:
+    """The refusal to talk to a managed process between two of its runs."""
+    return InvalidInput(
+        "process",
+        N_(
+            "%(name)s is %(state)s (it is restarted after a backoff); try again",
+            name=name,
+            state=info["state"],
+        ),
+    )
 
 
 def stdin_bytes(text: object, data_b64: object, *, eof: bool) -> bytes:
     """What to write, given as text or as base64; nothing at all only with `eof`."""
     if (text is None) == (data_b64 is None) and not eof:
-        raise InvalidInput("text", "give text or data_b64 (or eof)")
+        raise InvalidInput("text", N_("give text or data_b64 (or eof)"))
     if data_b64 is not None:
         if not isinstance(data_b64, str):
-            raise InvalidInput("data_b64", "must be a base64 string")
+            raise InvalidInput("data_b64", N_("must be a base64 string"))
         try:
             return base64.b64decode(data_b64, validate=True)
         except ValueError:
-            raise InvalidInput("data_b64", "is not valid base64") from None
+            raise InvalidInput("data_b64", N_("is not valid base64")) from None
     if text is not None and not isinstance(text, str):
-        raise InvalidInput("text", "must be a string")
+        raise InvalidInput("text", N_("must be a string"))
     return (text or "").encode()
 
 
@@ -172,15 +191,15 @@ def write_stdin(
 ) -> dict[str, Any]:
     """Write bytes to the process's stdin (its current run); `eof` closes it after them."""
     if len(data) > MAX_STDIN_BYTES:
-        raise InvalidInput("data", f"at most {MAX_STDIN_BYTES} bytes per write")
-    with acting_on(sandbox, actor, "write to a process", holder=holder, epoch=epoch, activity=True):
+        raise InvalidInput("data", N_("at most %(count)s bytes per write", count=MAX_STDIN_BYTES))
+    with acting_on(
+        sandbox, actor, N_("write to a process"), holder=holder, epoch=epoch, activity=True
+    ):
         pass
-    agent = _agent_for(sandbox, "write to a process")
+    agent = _agent_for(sandbox, N_("write to a process"))
     info = _process(sandbox, name, agent)
     if info["state"] != "running" or not info["exec"]:
-        raise InvalidInput(
-            "process", f"{name} is {info['state']} (it is restarted after a backoff); try again"
-        )
+        raise _not_running(name, info)
     agent.call("stdin", exec=info["exec"], data=base64.b64encode(data).decode(), eof=eof)
     return {"ok": True, "generation": info["generation"]}
 
@@ -197,12 +216,16 @@ def read_output(
     """The output of one run of the process (default: the current one) after `since_seq`;
     with `wait_seconds`, wait that long for something new if there is nothing yet."""
     if not 0 <= wait_seconds <= MAX_WAIT_SECONDS:
-        raise InvalidInput("wait_seconds", f"must be between 0 and {MAX_WAIT_SECONDS}")
-    agent = _agent_for(sandbox, "read a process")
+        raise InvalidInput(
+            "wait_seconds", N_("must be between 0 and %(most)s", most=MAX_WAIT_SECONDS)
+        )
+    agent = _agent_for(sandbox, N_("read a process"))
     info = _process(sandbox, name, agent)
     run = generation or info["generation"]
     if not 1 <= run <= info["generation"]:
-        raise InvalidInput("generation", f"must be between 1 and {info['generation']}")
+        raise InvalidInput(
+            "generation", N_("must be between 1 and %(most)s", most=info["generation"])
+        )
     answer = agent.call(
         "output",
         deadline=wait_seconds + 30,
@@ -229,12 +252,10 @@ def follow_output(
     """Follow the process's current run: its output from the start, then its end, to
     `on_event` as they come (chunks, then one exit or gone; see `execs.reading.follow`).
     Returns the run's generation and the function that stops following it."""
-    agent = _agent_for(sandbox, "read a process")
+    agent = _agent_for(sandbox, N_("read a process"))
     info = _process(sandbox, name, agent)
     if info["state"] != "running" or not info["exec"]:
-        raise InvalidInput(
-            "process", f"{name} is {info['state']} (it is restarted after a backoff); try again"
-        )
+        raise _not_running(name, info)
     return info["generation"], follow(agent, info["exec"], 0, on_event)
 
 
@@ -247,9 +268,9 @@ def restart_process(
     epoch: int | None = None,
 ) -> dict[str, Any]:
     """Stop the process (TERM, then KILL after 3 s) and start it again at once."""
-    with acting_on(sandbox, actor, "restart a process", holder=holder, epoch=epoch) as acting:
+    with acting_on(sandbox, actor, N_("restart a process"), holder=holder, epoch=epoch) as acting:
         events.record(actor, "process.restarted", sandbox=acting.sandbox, process=name)
-    agent = _agent_for(sandbox, "restart a process")
+    agent = _agent_for(sandbox, N_("restart a process"))
     _process(sandbox, name, agent)
     info = agent.call("process.restart", deadline=60, **_start_payload(_declared(sandbox)[name]))
     return _render(info, _declared(sandbox)[name])

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from django.db import transaction
 
 from boxyard.actors import Actor
-from boxyard.errors import BoxyardError, InvalidInput, InvalidState
+from boxyard.errors import N_, BoxyardError, InvalidInput, InvalidState
 from sandboxes import events
 from sandboxes.guard import acting_on
 from sandboxes.models import Sandbox
@@ -54,7 +54,7 @@ def reset_sandbox(
     """
     why = _clean_reason(reason)
     with acting_on(
-        sandbox, actor, "reset", holder=holder, epoch=epoch, hold_lease=not force, activity=True
+        sandbox, actor, N_("reset"), holder=holder, epoch=epoch, hold_lease=not force, activity=True
     ) as acting:
         sandbox = acting.sandbox
         acting_as = acting.lease.holder if acting.lease is not None else str(actor)
@@ -62,8 +62,10 @@ def reset_sandbox(
     agent = _agent(sandbox)
     if agent.version < CONTAINED_SINCE_VERSION:
         raise InvalidState(
-            "this sandbox was made before resets existed; restart it instead (its workspace "
-            "is kept)"
+            N_(
+                "this sandbox was made before resets existed; restart it instead (its "
+                "workspace is kept)"
+            )
         )
     answer = agent.call("reset", deadline=10)
     killed = answer.get("killed")
@@ -95,7 +97,9 @@ def _clean_reason(reason: object) -> str:
         or len(reason) > MAX_REASON
         or any(ord(ch) < 32 for ch in reason)
     ):
-        raise InvalidInput("reason", f"must be at most {MAX_REASON} printable characters")
+        raise InvalidInput(
+            "reason", N_("must be at most %(count)s printable characters", count=MAX_REASON)
+        )
     return reason.strip()
 
 
@@ -104,7 +108,7 @@ def _agent(sandbox: Sandbox) -> AgentChannel:
     at its pids limit (the agent itself needs no new process to kill the others)."""
     if not sandbox.agent:
         raise InvalidState(
-            "this sandbox runs without the agent: restart it instead (its workspace is kept)"
+            N_("this sandbox runs without the agent: restart it instead (its workspace is kept)")
         )
     try:
         return channel(sandbox.container_id)  # the open one, or one opened now

@@ -9,7 +9,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from boxyard.actors import Actor
-from boxyard.errors import BoxyardError, Conflict, InvalidInput, InvalidState, NotFound
+from boxyard.errors import N_, BoxyardError, Conflict, InvalidInput, InvalidState, NotFound
 from sandboxes import events
 from sandboxes.guard import LIVE, acting_on
 from sandboxes.models import Sandbox, ShellSession, State
@@ -35,19 +35,24 @@ def create_session(
     start_cwd = clean_cwd(cwd) or WORKSPACE
     start_env = clean_env(env)
     if name == "default":
-        raise Conflict("the default session always exists")
-    with acting_on(sandbox, actor, "create a session", holder=holder, epoch=epoch) as acting:
+        raise Conflict(N_("the default session always exists"))
+    with acting_on(sandbox, actor, N_("create a session"), holder=holder, epoch=epoch) as acting:
         sandbox = acting.sandbox
         _require_agent(sandbox)
         if ShellSession.objects.filter(sandbox=sandbox).count() >= MAX_SESSIONS:
-            raise Conflict(f"a sandbox has at most {MAX_SESSIONS} sessions besides the default one")
+            raise Conflict(
+                N_(
+                    "a sandbox has at most %(count)s sessions besides the default one",
+                    count=MAX_SESSIONS,
+                )
+            )
         try:
             with transaction.atomic():
                 ShellSession.objects.create(
                     sandbox=sandbox, name=name, cwd=start_cwd, env=start_env, actor=str(actor)
                 )
         except IntegrityError:
-            raise Conflict(f"session {name!r} already exists", session=name) from None
+            raise Conflict(N_("session %(name)r already exists", name=name), session=name) from None
         events.record(actor, "session.created", sandbox=sandbox, session=name, cwd=start_cwd)
     try:
         live = channel(sandbox.container_id).call(
@@ -63,7 +68,7 @@ def list_sessions(sandbox: Sandbox) -> list[dict[str, Any]]:
     """The sandbox's sessions with their live cwd and environment (as created, when the
     sandbox is not running)."""
     if sandbox.state == State.DESTROYED:
-        raise InvalidState("the sandbox is destroyed", state=sandbox.state)
+        raise InvalidState(N_("the sandbox is destroyed"), state=sandbox.state)
     rows = {row.name: row for row in ShellSession.objects.filter(sandbox=sandbox)}
     live: dict[str, dict[str, Any]] = {}
     if sandbox.agent and sandbox.state == State.RUNNING:
@@ -116,14 +121,14 @@ def delete_session(
     """End a session's shell (and whatever runs in it) and forget it."""
     name = clean_session_name(name)
     if name == "default":
-        raise InvalidInput("session", "the default session cannot be deleted")
+        raise InvalidInput("session", N_("the default session cannot be deleted"))
     with acting_on(
-        sandbox, actor, "delete a session", holder=holder, epoch=epoch, states=LIVE
+        sandbox, actor, N_("delete a session"), holder=holder, epoch=epoch, states=LIVE
     ) as acting:
         sandbox = acting.sandbox
         deleted, _ = ShellSession.objects.filter(sandbox=sandbox, name=name).delete()
         if not deleted:
-            raise NotFound(f"no shell session {name!r} in this sandbox", session=name)
+            raise NotFound(N_("no shell session %(name)r in this sandbox", name=name), session=name)
         events.record(actor, "session.deleted", sandbox=sandbox, session=name)
     if sandbox.agent and sandbox.state == State.RUNNING:
         try:
@@ -135,5 +140,6 @@ def delete_session(
 def _require_agent(sandbox: Sandbox) -> None:
     if not sandbox.agent:
         raise InvalidInput(
-            "session", "this sandbox runs without the agent, so it has only the default session"
+            "session",
+            N_("this sandbox runs without the agent, so it has only the default session"),
         )

@@ -8,7 +8,7 @@ import json
 
 from django.conf import settings
 
-from boxyard.errors import ImageNotAllowed
+from boxyard.errors import N_, ImageNotAllowed
 from pipelines.models import Pipeline, Skill, SkillMode, image_allowed
 from sandboxes.models import Sandbox
 from sandboxes.runtime import (
@@ -31,7 +31,10 @@ def check_image(image: str) -> None:
     if not image_allowed(image):
         raise ImageNotAllowed(
             "image",
-            f"{image!r} is not on the operator's image allowlist (BOXYARD_IMAGE_ALLOWLIST)",
+            N_(
+                "%(image)r is not on the operator's image allowlist (BOXYARD_IMAGE_ALLOWLIST)",
+                image=image,
+            ),
         )
 
 

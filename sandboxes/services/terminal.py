@@ -12,7 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from boxyard.actors import Actor
-from boxyard.errors import BoxyardError, ContainerGone
+from boxyard.errors import N_, BoxyardError, ContainerGone
 from sandboxes import events
 from sandboxes.guard import acting_on
 from sandboxes.models import Exec, ExecState, Sandbox, State
@@ -31,7 +31,7 @@ def open_terminal(
     """The terminal and its record. Raises LeaseBusy or TakenOver (take the sandbox over
     first), InvalidState (not running) and the runtime's errors."""
     cols, rows = _size(cols, rows)
-    with acting_on(sandbox, actor, "open a terminal", holder=str(actor)) as acting:
+    with acting_on(sandbox, actor, N_("open a terminal"), holder=str(actor)) as acting:
         locked, lease = acting.sandbox, acting.lease
         assert lease is not None
         record = Exec.objects.create(

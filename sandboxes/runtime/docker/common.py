@@ -9,7 +9,7 @@ from typing import Any, ParamSpec, TypeVar
 import docker.errors
 import requests.exceptions
 
-from boxyard.errors import ContainerGone, ImageMissing, RuntimeFailure, RuntimeUnavailable
+from boxyard.errors import N_, ContainerGone, ImageMissing, RuntimeFailure, RuntimeUnavailable
 from sandboxes.runtime import ContainerInfo
 
 P = ParamSpec("P")
@@ -26,21 +26,29 @@ def translate(method: Callable[P, T]) -> Callable[P, T]:
         except (RuntimeFailure, RuntimeUnavailable):
             raise
         except (requests.exceptions.ConnectionError, ConnectionError, FileNotFoundError) as error:
-            raise RuntimeUnavailable(f"the Docker Engine is unreachable: {error}") from error
+            raise RuntimeUnavailable(
+                N_("the Docker Engine is unreachable: %(error)s", error=error)
+            ) from error
         except requests.exceptions.Timeout as error:
             raise RuntimeUnavailable(
-                f"the Docker Engine did not answer in time: {error}"
+                N_("the Docker Engine did not answer in time: %(error)s", error=error)
             ) from error
         except docker.errors.ImageNotFound as error:
-            raise ImageMissing(f"image not found: {error.explanation or error}") from error
+            raise ImageMissing(
+                N_("image not found: %(error)s", error=error.explanation or error)
+            ) from error
         except docker.errors.NotFound as error:
-            raise ContainerGone(f"not found: {error.explanation or error}") from error
+            raise ContainerGone(
+                N_("not found: %(error)s", error=error.explanation or error)
+            ) from error
         except docker.errors.APIError as error:
             raise RuntimeFailure(
-                f"the Docker Engine refused: {error.explanation or error}"
+                N_("the Docker Engine refused: %(error)s", error=error.explanation or error)
             ) from error
         except docker.errors.DockerException as error:
-            raise RuntimeUnavailable(f"the Docker Engine is unreachable: {error}") from error
+            raise RuntimeUnavailable(
+                N_("the Docker Engine is unreachable: %(error)s", error=error)
+            ) from error
 
     return wrapper
 

@@ -29,7 +29,7 @@ import docker.errors
 from django.conf import settings
 from docker.types import Mount as DockerMount
 
-from boxyard.errors import ImageMissing, RuntimeFailure
+from boxyard.errors import N_, ImageMissing, RuntimeFailure
 from sandboxes.runtime import (
     LABEL_MANAGED,
     LABEL_ROLE,
@@ -136,7 +136,9 @@ class WorkspaceDisks:
             device, size = answer.split()
             size_bytes = int(size)
         except ValueError:
-            raise RuntimeFailure(f"the disk keeper answered {answer!r} for {name}") from None
+            raise RuntimeFailure(
+                N_("the disk keeper answered %(said)r for %(name)s", said=answer, name=name)
+            ) from None
         options = (volume or {}).get("Options") or {}
         if volume is not None and options.get("device") == device:
             return WorkspaceInfo(name=name, limit_bytes=size_bytes, created=False)
@@ -146,8 +148,13 @@ class WorkspaceDisks:
             for container in users:
                 if container["State"] == "running":
                     raise RuntimeFailure(
-                        f"workspace {name} is mounted from {options.get('device')} but its "
-                        f"disk is on {device}"
+                        N_(
+                            "workspace %(name)s is mounted from %(mounted)s but its disk is "
+                            "on %(device)s",
+                            name=name,
+                            mounted=options.get("device"),
+                            device=device,
+                        )
                     )
                 self.api.remove_container(container["Id"], force=True)
             self.api.remove_volume(name, force=True)
@@ -209,7 +216,13 @@ class WorkspaceDisks:
             if lines and lines[-1] == END:
                 return "\n".join(lines[:-1]).strip()
             log.warning("the disk keeper's answer to %s came back cut: %r", args[0], output)
-        raise RuntimeFailure(f"the workspace disk of {args[1]}: {args[0]} gave no answer")
+        raise RuntimeFailure(
+            N_(
+                "the workspace disk of %(name)s: %(step)s gave no answer",
+                name=args[1],
+                step=args[0],
+            )
+        )
 
     def _exec(self, args: tuple[str, ...]) -> str:
         for attempt in range(2):
@@ -231,9 +244,16 @@ class WorkspaceDisks:
             code = self.api.exec_inspect(created["Id"]).get("ExitCode")
             if code != 0:
                 detail = (stderr or stdout or b"").decode(errors="replace").strip()[-500:]
-                raise RuntimeFailure(f"the workspace disk of {args[1]}: {args[0]} failed: {detail}")
+                raise RuntimeFailure(
+                    N_(
+                        "the workspace disk of %(name)s: %(step)s failed: %(detail)s",
+                        name=args[1],
+                        step=args[0],
+                        detail=detail,
+                    )
+                )
             return (stdout or b"").decode()
-        raise RuntimeFailure("the workspace disk keeper cannot be started")
+        raise RuntimeFailure(N_("the workspace disk keeper cannot be started"))
 
     def _keeper_id(self) -> str:
         with self._lock:
@@ -257,8 +277,11 @@ class WorkspaceDisks:
             self.api.inspect_image(image)  # type: ignore[no-untyped-call]  # untyped in types-docker
         except docker.errors.ImageNotFound:
             raise ImageMissing(
-                f"the workspace disk keeper runs image {image} (mkfs.ext4, losetup, flock), "
-                "which the engine does not have: `manage.py build_images --default` builds it"
+                N_(
+                    "the workspace disk keeper runs image %(image)s (mkfs.ext4, losetup, flock), "
+                    "which the engine does not have: `manage.py build_images --default` builds it",
+                    image=image,
+                )
             ) from None
         try:
             self.api.create_volume(DISKS_VOLUME, labels={LABEL_MANAGED: "1", LABEL_ROLE: "disks"})

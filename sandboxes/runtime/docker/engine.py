@@ -22,7 +22,7 @@ from docker.types import LogConfig, Ulimit
 from docker.types import Mount as DockerMount
 
 from boxyard import chaos
-from boxyard.errors import ContainerGone, RuntimeFailure
+from boxyard.errors import N_, ContainerGone, RuntimeFailure
 from sandboxes.runtime import (
     AGENT_MOUNT,
     AGENT_STATE,
@@ -273,8 +273,13 @@ class DockerRuntime(ExecsMixin, EventsMixin, DirectMixin):
         for key in (LABEL_SANDBOX, LABEL_GENERATION):
             if labels.get(key) != spec.labels.get(key):
                 raise RuntimeFailure(
-                    f"a container named {spec.name} exists and is not this sandbox's "
-                    f"({key}={labels.get(key)!r})"
+                    N_(
+                        "a container named %(name)s exists and is not this sandbox's "
+                        "(%(key)s=%(value)r)",
+                        name=spec.name,
+                        key=key,
+                        value=labels.get(key),
+                    )
                 )
         container_id: str = data["Id"]
         return container_id
@@ -309,9 +314,11 @@ class DockerRuntime(ExecsMixin, EventsMixin, DirectMixin):
         url = f"{self.api.base_url}/v{self.api.api_version}/containers/{quote(name_or_id)}/update"
         answer = self.api.post(url, json={"PidsLimit": limit})
         if answer.status_code == 404:
-            raise ContainerGone(f"no container {name_or_id}")
+            raise ContainerGone(N_("no container %(name)s", name=name_or_id))
         if answer.status_code >= 400:
-            raise RuntimeFailure(f"the Docker Engine refused the pids limit: {answer.text}")
+            raise RuntimeFailure(
+                N_("the Docker Engine refused the pids limit: %(said)s", said=answer.text)
+            )
 
     @translate
     def stop_container(self, name_or_id: str, timeout: int = 5) -> None:
@@ -413,4 +420,4 @@ def _refuse_dangerous_bind(source: str) -> None:
     """Last line of defence: the host's root or a runtime socket never enters a sandbox."""
     real = os.path.realpath(source)
     if real == "/" or (os.path.exists(real) and stat.S_ISSOCK(os.stat(real).st_mode)):
-        raise RuntimeFailure(f"refusing to mount {source} into a sandbox")
+        raise RuntimeFailure(N_("refusing to mount %(path)s into a sandbox", path=source))

@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING, Any
 
 import docker
 
-from boxyard.errors import RuntimeFailure
+from boxyard.errors import N_, RuntimeFailure
 from sandboxes.runtime.docker.common import translate
 from sandboxes.runtime.event_stream import ResumingEvents, parse_clock, parse_event, stamp
 
@@ -36,7 +36,9 @@ class EventsMixin:
         try:
             return parse_clock(text)
         except ValueError:
-            raise RuntimeFailure(f"the Docker Engine gave a clock reading of {text!r}") from None
+            raise RuntimeFailure(
+                N_("the Docker Engine gave a clock reading of %(text)r", text=text)
+            ) from None
 
     @translate
     def _event_window(self, labels: dict[str, str], since_ns: int, until_ns: int) -> Any:

@@ -9,7 +9,7 @@ import docker
 import docker.errors
 from django.conf import settings
 
-from boxyard.errors import ContainerGone
+from boxyard.errors import N_, ContainerGone
 from sandboxes.runtime import ExecResult
 from sandboxes.runtime.docker.common import translate
 from sandboxes.runtime.streams import (
@@ -117,7 +117,9 @@ class ExecsMixin:
             )
         except docker.errors.APIError as error:
             if error.status_code == 409:
-                raise ContainerGone(f"the container is not running: {error.explanation}") from error
+                raise ContainerGone(
+                    N_("the container is not running: %(why)s", why=error.explanation)
+                ) from error
             raise
         raw = self.api.exec_start(created["Id"], socket=True, tty=True)
         # A SocketIO around the socket (its `_sock`, which typeshed leaves out), or over SSH the
@@ -164,7 +166,9 @@ class ExecsMixin:
             )
         except docker.errors.APIError as error:
             if error.status_code == 409:  # "container is not running"
-                raise ContainerGone(f"the container is not running: {error.explanation}") from error
+                raise ContainerGone(
+                    N_("the container is not running: %(why)s", why=error.explanation)
+                ) from error
             raise
         raw = self.api.exec_start(created["Id"], socket=True)
         # A SocketIO around the socket (its `_sock`, which typeshed leaves out), or over SSH the

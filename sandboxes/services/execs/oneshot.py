@@ -4,7 +4,7 @@ than fresh commands runs those. The exec wrapper script gives the command its ow
 that its timeout kills the whole process tree."""
 
 from boxyard.actors import Actor
-from boxyard.errors import ContainerGone, ExecDeadlineExceeded, InvalidInput, RuntimeFailure
+from boxyard.errors import N_, ContainerGone, ExecDeadlineExceeded, InvalidInput, RuntimeFailure
 from sandboxes.models import Exec, ExecState, Sandbox
 from sandboxes.runtime import get_runtime
 from sandboxes.scripts import BAD_CWD, EXEC, WORKSPACE, sh
@@ -49,7 +49,7 @@ def run_one_shot(sandbox: Sandbox, record: Exec, request: ExecRequest, actor: Ac
         and not result.stdout
     ):
         fail(record, ExecState.FAILED, f"cwd {cwd} is not a directory")
-        raise InvalidInput("cwd", f"{cwd} is not a directory in the sandbox")
+        raise InvalidInput("cwd", N_("%(cwd)s is not a directory in the sandbox", cwd=cwd))
 
     timed_out = result.exit_code == _SIGKILL_EXIT and result.duration_ms >= timeout * 1000
     record.state = ExecState.TIMED_OUT if timed_out else ExecState.COMPLETED

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from boxyard.actors import Actor
-from boxyard.errors import BoxyardError, InvalidInput, InvalidState, NotFound
+from boxyard.errors import N_, BoxyardError, InvalidInput, InvalidState, NotFound
 from boxyard.threads import release_connection
 from sandboxes.guard import acting_on
 from sandboxes.models import Exec, ExecState, State
@@ -50,7 +50,7 @@ def exec_output_bytes(record: Exec, stream: object = "stdout") -> Iterator[bytes
     BOXYARD_EXEC_KEEP_BYTES, far beyond what an answer carries), as bytes, a page of about
     1 MiB at a time; for a running exec, what it has written so far."""
     if stream not in ("stdout", "stderr"):
-        raise InvalidInput("stream", "must be stdout or stderr")
+        raise InvalidInput("stream", N_("must be stdout or stderr"))
     agent = _live_agent(record)
     if agent is None:
         stored = record.stdout if stream == "stdout" else record.stderr
@@ -126,14 +126,14 @@ def kill_exec(
     if record.state != ExecState.RUNNING and not record.sandbox.agent:
         return record
     with acting_on(
-        record.sandbox, actor, "kill an exec", holder=holder, epoch=epoch, states=tuple(State)
+        record.sandbox, actor, N_("kill an exec"), holder=holder, epoch=epoch, states=tuple(State)
     ):
         pass  # the lease says whether the caller may; the agent does the killing
     agent = _live_agent(record)
     if agent is None:
         if record.state != ExecState.RUNNING:
             return record  # its sandbox stopped: so did every process of it
-        raise InvalidState("this exec runs without the agent and ends with its own request")
+        raise InvalidState(N_("this exec runs without the agent and ends with its own request"))
     try:
         agent.call("kill", exec=str(record.id))
     except NotFound:

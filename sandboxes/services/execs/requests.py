@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 
-from boxyard.errors import InvalidInput
+from boxyard.errors import N_, InvalidInput
 from pipelines.models import Pipeline
 from sandboxes.models import SESSION_NAME, Sandbox
 from sandboxes.scripts import WORKSPACE
@@ -56,26 +56,30 @@ def clean_request(
     shell: str | None = None
     if isinstance(cmd, str):
         if not cmd.strip():
-            raise InvalidInput("cmd", "must not be empty")
+            raise InvalidInput("cmd", N_("must not be empty"))
         shell = cmd
     elif isinstance(cmd, list):
         if not cmd or not all(isinstance(arg, str) for arg in cmd):
-            raise InvalidInput("cmd", "must be a non-empty list of strings, or a shell string")
+            raise InvalidInput("cmd", N_("must be a non-empty list of strings, or a shell string"))
         if not cmd[0]:
-            raise InvalidInput("cmd", "the program name (cmd[0]) must not be empty")
+            raise InvalidInput("cmd", N_("the program name (cmd[0]) must not be empty"))
         argv = list(cmd)
     else:
-        raise InvalidInput("cmd", "must be a list of strings (argv) or a shell string")
+        raise InvalidInput("cmd", N_("must be a list of strings (argv) or a shell string"))
     parts = [shell] if shell is not None else argv or []
     if any("\x00" in part for part in parts):
-        raise InvalidInput("cmd", "must not contain NUL characters")
+        raise InvalidInput("cmd", N_("must not contain NUL characters"))
     if sum(len(part.encode()) for part in parts) > MAX_COMMAND_BYTES:
-        raise InvalidInput("cmd", f"is longer than {MAX_COMMAND_BYTES} bytes")
+        raise InvalidInput("cmd", N_("is longer than %(count)s bytes", count=MAX_COMMAND_BYTES))
 
     if one_shot and background:
-        raise InvalidInput("fresh", "a fresh exec runs in the foreground; drop fresh or background")
+        raise InvalidInput(
+            "fresh", N_("a fresh exec runs in the foreground; drop fresh or background")
+        )
     if one_shot and session not in (None, "", "default"):
-        raise InvalidInput("fresh", "a fresh exec runs outside any session; drop fresh or session")
+        raise InvalidInput(
+            "fresh", N_("a fresh exec runs outside any session; drop fresh or session")
+        )
     return ExecRequest(
         argv=argv,
         shell=shell,
@@ -94,19 +98,21 @@ def clean_cwd(cwd: object) -> str | None:
         return None
     if isinstance(cwd, str) and "\x00" not in cwd and len(cwd) <= 4096:
         return posixpath.normpath(posixpath.join(WORKSPACE, cwd))
-    raise InvalidInput("cwd", "must be a path (absolute, or relative to /workspace)")
+    raise InvalidInput("cwd", N_("must be a path (absolute, or relative to /workspace)"))
 
 
 def clean_env(env: object) -> dict[str, str]:
     if env is None:
         return {}
     if not isinstance(env, dict) or len(env) > MAX_ENV_VARS:
-        raise InvalidInput("env", f"must be an object of at most {MAX_ENV_VARS} variables")
+        raise InvalidInput(
+            "env", N_("must be an object of at most %(count)s variables", count=MAX_ENV_VARS)
+        )
     for name, value in env.items():
         if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
-            raise InvalidInput("env", f"{name!r} is not a valid variable name")
+            raise InvalidInput("env", N_("%(name)r is not a valid variable name", name=name))
         if not isinstance(value, str) or "\x00" in value:
-            raise InvalidInput(f"env.{name}", "must be a string without NUL characters")
+            raise InvalidInput(f"env.{name}", N_("must be a string without NUL characters"))
     return dict(env)
 
 
@@ -116,14 +122,14 @@ def clean_session_name(session: object) -> str:
     if not isinstance(session, str) or not _SESSION_NAME.fullmatch(session):
         raise InvalidInput(
             "session",
-            "must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit",
+            N_("must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"),
         )
     return session
 
 
 def _clean_flag(value: object, name: str) -> bool:
     if not isinstance(value, bool):
-        raise InvalidInput(name, "must be true or false")
+        raise InvalidInput(name, N_("must be true or false"))
     return value
 
 
@@ -133,7 +139,7 @@ def _clean_timeout(pipeline: Pipeline, timeout_seconds: object, background: bool
         # A background command runs until it ends or is killed; a foreground one is bounded.
         return None if background else pipeline.exec_timeout_seconds
     if isinstance(timeout_seconds, bool) or not isinstance(timeout_seconds, (int, float)):
-        raise InvalidInput("timeout_seconds", "must be a number of seconds")
+        raise InvalidInput("timeout_seconds", N_("must be a number of seconds"))
     if not 1 <= timeout_seconds <= ceiling:
-        raise InvalidInput("timeout_seconds", f"must be between 1 and {ceiling}")
+        raise InvalidInput("timeout_seconds", N_("must be between 1 and %(most)s", most=ceiling))
     return int(timeout_seconds)

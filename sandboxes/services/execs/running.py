@@ -19,6 +19,7 @@ from django.conf import settings
 
 from boxyard.actors import Actor
 from boxyard.errors import (
+    N_,
     AgentGone,
     BoxyardError,
     ContainerGone,
@@ -70,17 +71,19 @@ def run_exec(
     The lease is checked (and renewed) in the transaction that records the exec, so a holder
     that lost the lease never reaches the container.
     """
-    with acting_on(sandbox, actor, "exec", holder=holder, epoch=epoch) as acting:
+    with acting_on(sandbox, actor, N_("exec"), holder=holder, epoch=epoch) as acting:
         sandbox, lease = acting.sandbox, acting.lease
         assert lease is not None
         engine = not sandbox.agent
         if engine and request.background:
             raise InvalidInput(
-                "background", "this sandbox runs without the agent, so it has no background execs"
+                "background",
+                N_("this sandbox runs without the agent, so it has no background execs"),
             )
         if engine and request.session != "default":
             raise InvalidInput(
-                "session", "this sandbox runs without the agent, so it has only the default session"
+                "session",
+                N_("this sandbox runs without the agent, so it has only the default session"),
             )
         init = None if engine or request.one_shot else session_init(sandbox, request.session)
         record = Exec.objects.create(
@@ -111,8 +114,11 @@ def session_init(sandbox: Sandbox, name: str) -> dict[str, Any]:
     row = ShellSession.objects.filter(sandbox=sandbox, name=name).first()
     if row is None:
         raise NotFound(
-            f"no shell session {name!r} in this sandbox; create it first "
-            "(POST /sandboxes/{id}/sessions)",
+            N_(
+                "no shell session %(name)r in this sandbox; create it first "
+                "(POST /sandboxes/{id}/sessions)",
+                name=name,
+            ),
             session=name,
         )
     return {"cwd": row.cwd, "env": row.env}
@@ -184,7 +190,7 @@ def _run_in_agent(
         and not status.get("stdout")
     ):
         fail(record, ExecState.FAILED, f"cwd {request.cwd} is not a directory")
-        raise InvalidInput("cwd", f"{request.cwd} is not a directory in the sandbox")
+        raise InvalidInput("cwd", N_("%(cwd)s is not a directory in the sandbox", cwd=request.cwd))
     return finish_from_status(record, status)
 
 
@@ -211,7 +217,8 @@ def _lost_container(
     info = get_runtime().inspect_container(sandbox.container_id)
     if info is None or not info.running:
         fail(record, ExecState.FAILED, str(error))
-        return containers.gone(sandbox, ContainerGone(f"the container stopped: {error}"), actor)
+        stopped = ContainerGone(N_("the container stopped: %(error)s", error=error))
+        return containers.gone(sandbox, stopped, actor)
     fail(record, ExecState.LOST, str(error))
     return error
 

@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db import transaction
 
 from boxyard.actors import Actor
-from boxyard.errors import ContainerGone, InvalidInput, RuntimeFailure, UploadIncomplete
+from boxyard.errors import N_, ContainerGone, InvalidInput, RuntimeFailure, UploadIncomplete
 from sandboxes import events, scripts
 from sandboxes.guard import acting_on, require_running
 from sandboxes.models import Sandbox
@@ -57,7 +57,7 @@ def clean_format(value: object) -> str:
     if value is None or value == "":
         return "tar.gz"
     if not isinstance(value, str) or value not in FORMATS:
-        raise InvalidInput("format", f"must be one of {', '.join(FORMATS)}")
+        raise InvalidInput("format", N_("must be one of %(choices)s", choices=", ".join(FORMATS)))
     return value
 
 
@@ -65,7 +65,7 @@ def open_archive(sandbox: Sandbox, path: object, format: object = None) -> Archi
     """A directory as an archive, streamed from the sandbox as it is made."""
     target = workspace_path(path or "/workspace")
     kind = clean_format(format)
-    require_running(sandbox, "read files")
+    require_running(sandbox, N_("read files"))
     _needs_agent(sandbox)
     sandbox.record_activity()
     try:
@@ -82,7 +82,13 @@ def open_archive(sandbox: Sandbox, path: object, format: object = None) -> Archi
         verdict(
             ExecResult(code, b"", stream.stderr, 0, len(stream.stderr), 0), target, listing=True
         )
-        raise RuntimeFailure(f"archiving {target} gave nothing: {stream.stderr[-300:]!r}")
+        raise RuntimeFailure(
+            N_(
+                "archiving %(path)s gave nothing: %(said)r",
+                path=target,
+                said=stream.stderr[-300:],
+            )
+        )
     name = posixpath.basename(target) or "workspace"
     content_type, suffix = FORMATS[kind]
     return Archive(name + suffix, content_type, FileStream(first, chunks, stream.close))
@@ -103,7 +109,7 @@ def extract_archive(
     target = workspace_path(path or "/workspace")
     kind = clean_format(format)
     with acting_on(
-        sandbox, actor, "change files", holder=holder, epoch=epoch, activity=True
+        sandbox, actor, N_("change files"), holder=holder, epoch=epoch, activity=True
     ) as acting:
         sandbox = acting.sandbox
     _needs_agent(sandbox)
@@ -121,7 +127,9 @@ def extract_archive(
     fed = Fed(data, size)
     result = run_inside(sandbox, argv, actor, stdin=fed, deadline_seconds=deadline_for(size))
     if fed.ended_early:
-        raise UploadIncomplete(f"the body ended after {fed.total} of {size} bytes")
+        raise UploadIncomplete(
+            N_("the body ended after %(count)s of %(size)s bytes", count=fed.total, size=size)
+        )
     if result.exit_code == scripts.REFUSED:
         refused = _answer(result)
         entry = str(refused.get("entry", "?"))
@@ -147,7 +155,7 @@ def extract_archive(
 def _needs_agent(sandbox: Sandbox) -> None:
     if not sandbox.agent:
         raise InvalidInput(
-            "path", "archives need the sandbox agent, which this sandbox was started without"
+            "path", N_("archives need the sandbox agent, which this sandbox was started without")
         )
 
 
@@ -155,7 +163,11 @@ def _answer(result: ExecResult) -> dict[str, Any]:
     try:
         answer = json.loads(result.stdout.decode(errors="replace").strip() or "{}")
     except ValueError:
-        raise RuntimeFailure(f"the archive's extraction answered {result.stdout[:200]!r}") from None
+        raise RuntimeFailure(
+            N_("the archive's extraction answered %(said)r", said=result.stdout[:200])
+        ) from None
     if not isinstance(answer, dict):
-        raise RuntimeFailure(f"the archive's extraction answered {result.stdout[:200]!r}")
+        raise RuntimeFailure(
+            N_("the archive's extraction answered %(said)r", said=result.stdout[:200])
+        )
     return answer

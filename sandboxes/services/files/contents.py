@@ -4,23 +4,23 @@ import base64
 import binascii
 from collections.abc import Iterable, Iterator
 
-from boxyard.errors import InvalidInput
+from boxyard.errors import N_, InvalidInput
 
 
 def decode_contents(contents: object, contents_b64: object) -> bytes:
     if contents is not None and contents_b64 is not None:
-        raise InvalidInput("contents", "give contents or contents_b64, not both")
+        raise InvalidInput("contents", N_("give contents or contents_b64, not both"))
     if contents_b64 is not None:
         if not isinstance(contents_b64, str):
-            raise InvalidInput("contents_b64", "must be a base64 string")
+            raise InvalidInput("contents_b64", N_("must be a base64 string"))
         try:
             return base64.b64decode(contents_b64, validate=True)
         except (binascii.Error, ValueError):
-            raise InvalidInput("contents_b64", "is not valid base64") from None
+            raise InvalidInput("contents_b64", N_("is not valid base64")) from None
     if contents is None:
         return b""
     if not isinstance(contents, str):
-        raise InvalidInput("contents", "must be a string")
+        raise InvalidInput("contents", N_("must be a string"))
     return contents.encode("utf-8", errors="surrogatepass")
 
 
@@ -38,7 +38,7 @@ def decoded_contents(contents: object, contents_b64: object) -> tuple[int, Itera
     try:
         size = sum(len(chunk) for chunk in _b64_chunks(contents_b64))
     except (binascii.Error, ValueError):
-        raise InvalidInput("contents_b64", "is not valid base64") from None
+        raise InvalidInput("contents_b64", N_("is not valid base64")) from None
     return size, _b64_chunks(contents_b64)
 
 

@@ -12,6 +12,7 @@ from django.conf import settings
 
 from boxyard.actors import Actor
 from boxyard.errors import (
+    N_,
     Conflict,
     ContainerGone,
     InvalidInput,
@@ -95,30 +96,44 @@ def reader(sandbox: Sandbox) -> Actor:
 
 def verdict(result: ExecResult, path: str, *, listing: bool = False) -> None:
     """Turn a file script's exit code into the error it stands for."""
-    not_a_directory = path if listing else f"a parent of {path}"
+    not_a_directory = path if listing else N_("a parent of %(path)s", path=path)
     code = result.exit_code
     if code == 0:
         return
     detail = result.stderr.decode(errors="replace").strip()
     if code == scripts.NOT_FOUND:
-        raise NotFound(f"{path} does not exist", field="path")
+        raise NotFound(N_("%(path)s does not exist", path=path), field="path")
     if code == scripts.OUTSIDE:
-        raise InvalidInput("path", f"{path} resolves outside /workspace (through a symlink)")
+        raise InvalidInput(
+            "path", N_("%(path)s resolves outside /workspace (through a symlink)", path=path)
+        )
     if code == scripts.NOT_REGULAR:
-        raise InvalidInput("path", f"{path} is not a regular file")
+        raise InvalidInput("path", N_("%(path)s is not a regular file", path=path))
     if code == scripts.EXISTS:
-        raise Conflict(f"{path} exists and overwrite is false", code_detail="exists")
+        raise Conflict(
+            N_("%(path)s exists and overwrite is false", path=path), code_detail="exists"
+        )
     if code == scripts.IS_DIRECTORY:
-        raise InvalidInput("path", f"{path} is a directory")
+        raise InvalidInput("path", N_("%(path)s is a directory", path=path))
     if code == scripts.NOT_DIRECTORY:
-        raise InvalidInput("path", f"{not_a_directory} is not a directory")
+        raise InvalidInput("path", N_("%(path)s is not a directory", path=not_a_directory))
     if code == scripts.NOT_EMPTY:
-        raise InvalidInput("recursive", f"{path} is a directory that is not empty; pass recursive")
+        raise InvalidInput(
+            "recursive",
+            N_("%(path)s is a directory that is not empty; pass recursive", path=path),
+        )
     said = detail.lower()  # the shell's tools and the agent (Go) say these in their own case
     if "no space left" in said or "disk quota" in said:
-        raise WorkspaceFull(f"no space left writing {path}")
+        raise WorkspaceFull(N_("no space left writing %(path)s", path=path))
     if "read-only file system" in said:
-        raise InvalidInput("path", f"{path} is on a read-only mount (a skill?)")
+        raise InvalidInput("path", N_("%(path)s is on a read-only mount (a skill?)", path=path))
     if "permission denied" in said:
-        raise InvalidInput("path", f"permission denied on {path}")
-    raise RuntimeFailure(f"file operation on {path} failed ({code}): {detail[:500]}")
+        raise InvalidInput("path", N_("permission denied on %(path)s", path=path))
+    raise RuntimeFailure(
+        N_(
+            "file operation on %(path)s failed (%(code)s): %(detail)s",
+            path=path,
+            code=code,
+            detail=detail[:500],
+        )
+    )

@@ -21,7 +21,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from boxyard.actors import Actor
-from boxyard.errors import InvalidInput, LinkRefused, NotFound
+from boxyard.errors import N_, InvalidInput, LinkRefused, NotFound
 from sandboxes import events
 from sandboxes.guard import acting_on, require_running
 from sandboxes.models import Sandbox, State
@@ -65,7 +65,7 @@ def create_link(
     """A link to `path` for `method`; an upload link needs the lease, as an upload does."""
     target, method, seconds = clean_link(path, method, expires_in_seconds)
     with acting_on(
-        sandbox, actor, "make a link", holder=holder, epoch=epoch, hold_lease=method == "PUT"
+        sandbox, actor, N_("make a link"), holder=holder, epoch=epoch, hold_lease=method == "PUT"
     ) as acting:
         sandbox = acting.sandbox
         holder_now = acting.holder
@@ -102,19 +102,23 @@ def use_link(token: str, method: str) -> UsedLink:
     try:
         claims: dict[str, Any] = signing.loads(token, salt=_SALT)
     except signing.BadSignature:
-        raise LinkRefused("this link is not valid (it was changed or is not Boxyard's)") from None
+        raise LinkRefused(
+            N_("this link is not valid (it was changed or is not Boxyard's)")
+        ) from None
     wanted = "GET" if method == "HEAD" else method
     if claims.get("m") != wanted:
-        raise LinkRefused(f"this link is for {claims.get('m')}, not {method}")
+        raise LinkRefused(
+            N_("this link is for %(wanted)s, not %(method)s", wanted=claims.get("m"), method=method)
+        )
     expires_at = datetime.fromtimestamp(int(claims["x"]), tz=UTC)
     if timezone.now() >= expires_at:
-        raise LinkRefused(f"this link expired at {expires_at.isoformat()}")
+        raise LinkRefused(N_("this link expired at %(when)s", when=expires_at.isoformat()))
     sandbox = Sandbox.objects.select_related("pipeline").filter(pk=claims["s"]).first()
     if sandbox is None or sandbox.state == State.DESTROYED:
-        raise NotFound("the sandbox of this link no longer exists")
+        raise NotFound(N_("the sandbox of this link no longer exists"))
     if sandbox.generation != claims["g"] or sandbox.state != State.RUNNING:
-        raise LinkRefused("the sandbox of this link has been closed since it was made")
-    require_running(sandbox, "use a link")
+        raise LinkRefused(N_("the sandbox of this link has been closed since it was made"))
+    require_running(sandbox, N_("use a link"))
     actor = Actor("bot", f"link:{claims['h']}")
     with transaction.atomic():
         events.record(actor, "file.link_used", sandbox=sandbox, path=claims["p"], method=method)
@@ -133,7 +137,7 @@ def clean_link(path: object, method: object, expires_in_seconds: object) -> tupl
     (nothing of the sandbox is needed to tell)."""
     target = workspace_path(path)
     if not isinstance(method, str) or method not in METHODS:
-        raise InvalidInput("method", f"must be one of {', '.join(METHODS)}")
+        raise InvalidInput("method", N_("must be one of %(choices)s", choices=", ".join(METHODS)))
     return target, method, _clean_expiry(expires_in_seconds)
 
 
@@ -142,9 +146,10 @@ def _clean_expiry(value: object) -> int:
     if value is None or value == "":
         return min(3600, ceiling)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidInput("expires_in_seconds", "must be a positive whole number of seconds")
+        raise InvalidInput("expires_in_seconds", N_("must be a positive whole number of seconds"))
     if value > ceiling:
         raise InvalidInput(
-            "expires_in_seconds", f"must be at most {ceiling} (BOXYARD_FILE_LINK_MAX_SECONDS)"
+            "expires_in_seconds",
+            N_("must be at most %(most)s (BOXYARD_FILE_LINK_MAX_SECONDS)", most=ceiling),
         )
     return value

@@ -7,7 +7,7 @@ import json
 import posixpath
 from dataclasses import dataclass
 
-from boxyard.errors import InvalidInput
+from boxyard.errors import N_, InvalidInput
 from sandboxes import scripts
 from sandboxes.guard import require_running
 from sandboxes.models import Sandbox
@@ -50,8 +50,8 @@ def list_files(
     holds, can pose as another entry."""
     target = workspace_path(path or WORKSPACE)
     if not isinstance(recursive, bool):
-        raise InvalidInput("recursive", "must be true or false")
-    require_running(sandbox, "list files")
+        raise InvalidInput("recursive", N_("must be true or false"))
+    require_running(sandbox, N_("list files"))
     sandbox.record_activity()
     flag = "1" if recursive else "0"
     limit = MAX_LIST_ENTRIES * 1024

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from django.db import transaction
 
 from boxyard.actors import Actor
-from boxyard.errors import InvalidInput, UploadIncomplete, WorkspaceFull
+from boxyard.errors import N_, InvalidInput, UploadIncomplete, WorkspaceFull
 from sandboxes import events, scripts
 from sandboxes.guard import acting_on
 from sandboxes.models import Sandbox
@@ -41,23 +41,31 @@ def write_file(
     nothing is left behind when the stream ends early or the workspace fills up."""
     target = workspace_path(path)
     if target == WORKSPACE:
-        raise InvalidInput("path", "names /workspace itself, not a file in it")
+        raise InvalidInput("path", N_("names /workspace itself, not a file in it"))
     permissions = clean_mode(mode)
     if isinstance(data, bytes):
         size = len(data)
     if size is None or size < 0:
-        raise InvalidInput("size", "a stream's size must be given")
+        raise InvalidInput("size", N_("a stream's size must be given"))
     with acting_on(
-        sandbox, actor, "change files", holder=holder, epoch=epoch, activity=True
+        sandbox, actor, N_("change files"), holder=holder, epoch=epoch, activity=True
     ) as acting:
         sandbox = acting.sandbox
     limit = sandbox.workspace_limit_bytes
     if limit is not None and size > limit:
-        raise WorkspaceFull(f"{size} bytes do not fit the workspace's {limit} bytes")
+        raise WorkspaceFull(
+            N_("%(size)s bytes do not fit the workspace's %(limit)s bytes", size=size, limit=limit)
+        )
     hashed = Fed([data] if isinstance(data, bytes) else data, size)
     result = _write(sandbox, target, permissions, overwrite, hashed, size, actor)
     if result.exit_code == scripts.INCOMPLETE:
-        raise UploadIncomplete(f"the body ended after {hashed.total} of {size} bytes")
+        raise UploadIncomplete(
+            N_(
+                "the body ended after %(count)s of %(size)s bytes",
+                count=hashed.total,
+                size=size,
+            )
+        )
     verdict(result, target)
     written = Written(path=target, size_bytes=size, sha256=hashed.sha256.hexdigest())
     with transaction.atomic():
@@ -100,11 +108,11 @@ def delete_file(
 ) -> str:
     target = workspace_path(path)
     if target == WORKSPACE:
-        raise InvalidInput("path", "cannot delete /workspace itself")
+        raise InvalidInput("path", N_("cannot delete /workspace itself"))
     if not isinstance(recursive, bool):
-        raise InvalidInput("recursive", "must be true or false")
+        raise InvalidInput("recursive", N_("must be true or false"))
     with acting_on(
-        sandbox, actor, "change files", holder=holder, epoch=epoch, activity=True
+        sandbox, actor, N_("change files"), holder=holder, epoch=epoch, activity=True
     ) as acting:
         sandbox = acting.sandbox
     flag = "1" if recursive else "0"

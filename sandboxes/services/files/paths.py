@@ -7,7 +7,7 @@ link planted by sandbox code cannot carry a read or a write outside /workspace.
 
 import posixpath
 
-from boxyard.errors import InvalidInput
+from boxyard.errors import N_, InvalidInput
 from sandboxes.scripts import WORKSPACE
 
 MAX_PATH_LENGTH = 4096
@@ -23,27 +23,38 @@ def workspace_path(path: object, field: str = "path") -> str:
     """The absolute, normalized path for `path`, refusing anything outside /workspace and
     any name or path the kernel would refuse as too long."""
     if not isinstance(path, str) or not path:
-        raise InvalidInput(field, "must be a non-empty path")
+        raise InvalidInput(field, N_("must be a non-empty path"))
     if "\x00" in path or len(path) > MAX_PATH_LENGTH:
-        raise InvalidInput(field, f"must be at most {MAX_PATH_LENGTH} characters, without NUL")
+        raise InvalidInput(
+            field, N_("must be at most %(count)s characters, without NUL", count=MAX_PATH_LENGTH)
+        )
     normalized = posixpath.normpath(posixpath.join(WORKSPACE, path))
     if normalized != WORKSPACE and not normalized.startswith(WORKSPACE + "/"):
-        raise InvalidInput(field, f"{path!r} is outside /workspace")
+        raise InvalidInput(field, N_("%(path)r is outside /workspace", path=path))
     try:
         size = len(normalized.encode("utf-8"))
     except UnicodeEncodeError:
-        raise InvalidInput(field, "holds a lone surrogate escape; send valid Unicode") from None
+        raise InvalidInput(field, N_("holds a lone surrogate escape; send valid Unicode")) from None
     if size >= PATH_MAX:
         raise InvalidInput(
             field,
-            f"is {size} bytes long as an absolute path; at most {PATH_MAX - 1} bytes (PATH_MAX)",
+            N_(
+                "is %(size)s bytes long as an absolute path; at most %(most)s bytes (PATH_MAX)",
+                size=size,
+                most=PATH_MAX - 1,
+            ),
         )
     for name in normalized.split("/"):
         if len(name.encode("utf-8")) > NAME_MAX:
             raise InvalidInput(
                 field,
-                f"the name {name[:40]!r}… is {len(name.encode('utf-8'))} bytes; a name may be at "
-                f"most {NAME_MAX} bytes (NAME_MAX)",
+                N_(
+                    "the name %(name)r… is %(size)s bytes; a name may be at most %(most)s bytes "
+                    "(NAME_MAX)",
+                    name=name[:40],
+                    size=len(name.encode("utf-8")),
+                    most=NAME_MAX,
+                ),
             )
     return normalized
 
@@ -57,4 +68,6 @@ def clean_mode(mode: object) -> str:
         value = int(mode, 8)
         if value <= 0o777:
             return format(value, "o")
-    raise InvalidInput("mode", "must be an octal permission string such as '0644' (at most 0777)")
+    raise InvalidInput(
+        "mode", N_("must be an octal permission string such as '0644' (at most 0777)")
+    )

@@ -16,7 +16,7 @@ from typing import NoReturn
 
 from django.conf import settings
 
-from boxyard.errors import Conflict, ContainerGone, InvalidInput, RuntimeFailure
+from boxyard.errors import N_, Conflict, ContainerGone, InvalidInput, RuntimeFailure
 from sandboxes import scripts
 from sandboxes.guard import require_running
 from sandboxes.models import Sandbox
@@ -103,7 +103,13 @@ def open_file_stream(
             left = max(info.size_bytes - start, 0)
             if header.get("length") != (left if length < 0 else min(length, left)):
                 body.close()  # the sandbox's answer, which must agree with itself
-                raise RuntimeFailure(f"reading {target} gave {header!r}, not its identity")
+                raise RuntimeFailure(
+                    N_(
+                        "reading %(path)s gave %(said)r, not its identity",
+                        path=target,
+                        said=header,
+                    )
+                )
             return info, FileStream(b"", iter(body), body.close)
     argv = [target, str(start), str(length), *([identity] if identity else [])]
     try:
@@ -130,10 +136,11 @@ def open_file_stream(
 def _refused(result: ExecResult, target: str) -> NoReturn:
     if result.exit_code == scripts.CHANGED:
         raise Conflict(
-            f"{target} changed since it was looked at; read it again", code_detail="changed"
+            N_("%(path)s changed since it was looked at; read it again", path=target),
+            code_detail="changed",
         )
     verdict(result, target)
-    raise RuntimeFailure(f"reading {target} gave no identity line")
+    raise RuntimeFailure(N_("reading %(path)s gave no identity line", path=target))
 
 
 class FileStream:
@@ -159,7 +166,9 @@ def _info(target: str, line: bytes) -> FileInfo:
     try:
         size, modified, inode = (int(field) for field in line.split())
     except ValueError:
-        raise RuntimeFailure(f"reading {target} gave {line[:80]!r}, not its identity") from None
+        raise RuntimeFailure(
+            N_("reading %(path)s gave %(said)r, not its identity", path=target, said=line[:80])
+        ) from None
     return FileInfo(path=target, size_bytes=size, modified=modified, inode=inode)
 
 
@@ -169,14 +178,16 @@ def _clean_max_bytes(max_bytes: object) -> int:
     if isinstance(max_bytes, str) and max_bytes.isdigit():
         max_bytes = int(max_bytes)
     if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
-        raise InvalidInput("max_bytes", "must be a non-negative integer")
+        raise InvalidInput("max_bytes", N_("must be a non-negative integer"))
     ceiling = settings.BOXYARD_MAX_OUTPUT_BYTES
     if max_bytes > ceiling:
-        raise InvalidInput("max_bytes", f"must be at most {ceiling} (BOXYARD_MAX_OUTPUT_BYTES)")
+        raise InvalidInput(
+            "max_bytes", N_("must be at most %(most)s (BOXYARD_MAX_OUTPUT_BYTES)", most=ceiling)
+        )
     return max_bytes
 
 
 def _reading(sandbox: Sandbox) -> None:
     """A read needs a running sandbox, and is activity."""
-    require_running(sandbox, "read files")
+    require_running(sandbox, N_("read files"))
     sandbox.record_activity()
