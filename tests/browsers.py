@@ -6,9 +6,11 @@ answering the page's questions, and opening a tab of the sandbox page."""
 import os
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.servers import Server, served
@@ -82,3 +84,19 @@ def open_tab(page: Any, name: str) -> None:
     page.click(f"[role=tab][data-tab={name}]")
     page.wait_for_selector(f"[role=tab][data-tab={name}][aria-selected=true]")
     page.wait_for_selector(f"#{name}-panel:not([hidden])")
+
+
+@contextmanager
+def bot_of(server: Server, pipeline: Any) -> Iterator[tuple[httpx.Client, str]]:
+    """A bot of `pipeline` calling the served API with a token of its own, and the sandbox it
+    opened for the test chat."""
+    from pipelines.models import PipelineToken
+    from tests.conftest import CHAT
+
+    token = PipelineToken.issue(pipeline, name="bot")[1]
+    with httpx.Client(
+        base_url=f"{server.url}/api/v1", headers={"Authorization": f"Bearer {token}"}, timeout=60
+    ) as bot:
+        opened = bot.post("/sandboxes/open", json={"pipeline": pipeline.slug, "variables": CHAT})
+        assert opened.status_code == 200, opened.text
+        yield bot, opened.json()["sandbox_id"]

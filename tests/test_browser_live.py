@@ -9,9 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from pipelines.models import PipelineToken
-from tests.browsers import BROWSER, alice, browser, confirm, log_in, open_tab, server  # noqa: F401
-from tests.conftest import CHAT
+from tests.browsers import BROWSER, alice, bot_of, browser, confirm, log_in, open_tab, server  # noqa: F401
 from tests.servers import Server
 
 pytestmark = BROWSER
@@ -24,13 +22,8 @@ def bot_api(alice: Any, server: Server, make_pipeline: Any) -> Iterator[tuple[ht
     pipeline = make_pipeline(
         slug="support", processes=[{"name": "flaky", "cmd": "echo up; sleep 2; exit 3"}]
     )
-    token = PipelineToken.issue(pipeline, name="bot")[1]
-    with httpx.Client(
-        base_url=f"{server.url}/api/v1", headers={"Authorization": f"Bearer {token}"}, timeout=60
-    ) as bot:
-        opened = bot.post("/sandboxes/open", json={"pipeline": "support", "variables": CHAT})
-        assert opened.status_code == 200, opened.text
-        yield bot, opened.json()["sandbox_id"]
+    with bot_of(server, pipeline) as bot:
+        yield bot
 
 
 def test_the_open_page_follows_the_bot(bot_api, server, browser) -> None:

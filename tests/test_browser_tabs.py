@@ -11,9 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from pipelines.models import PipelineToken
-from tests.browsers import BROWSER, alice, browser, log_in, open_tab, server  # noqa: F401
-from tests.conftest import CHAT
+from tests.browsers import BROWSER, alice, bot_of, browser, log_in, open_tab, server  # noqa: F401
 from tests.servers import Server
 
 pytestmark = BROWSER
@@ -25,14 +23,8 @@ TABS = ["overview", "terminal", "files", "processes", "commands", "events"]
 @pytest.fixture
 def bot_api(alice: Any, server: Server, make_pipeline: Any) -> Iterator[tuple[httpx.Client, str]]:
     """A bot and the sandbox it opened; made, like alice, before the browser starts."""
-    pipeline = make_pipeline(slug="support")
-    token = PipelineToken.issue(pipeline, name="bot")[1]
-    with httpx.Client(
-        base_url=f"{server.url}/api/v1", headers={"Authorization": f"Bearer {token}"}, timeout=60
-    ) as bot:
-        opened = bot.post("/sandboxes/open", json={"pipeline": "support", "variables": CHAT})
-        assert opened.status_code == 200, opened.text
-        yield bot, opened.json()["sandbox_id"]
+    with bot_of(server, make_pipeline(slug="support")) as bot:
+        yield bot
 
 
 def sandbox_page(browser: Any, server: Server, sandbox_id: str, **context: Any) -> Any:
