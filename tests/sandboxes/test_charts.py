@@ -1,9 +1,10 @@
 """The fleet's minute samples and the charts drawn from them."""
 
+import re
 from datetime import timedelta
 
 import pytest
-from django.utils import timezone
+from django.utils import timezone, translation
 
 from sandboxes import metrics
 from sandboxes.charts import fleet_charts
@@ -43,7 +44,14 @@ def test_charts_show_what_changed_between_samples() -> None:
     assert "Live sandboxes" in charts["live"] and "<polyline" in charts["live"]
     assert ">6</text>" in charts["live"]  # the live chart's top: the most at once
     assert ">5</text>" in charts["activity"]  # the most created in one interval
-    assert "idle" in charts["stops"]
+    assert "Idle timeout" in charts["stops"]  # a reason by its name
+    # The scale's foot and unit, and each moment's value on hover.
+    assert ">0</text>" in charts["live"] and ">sandboxes</text>" in charts["live"]
+    assert re.search(r"<title>\d\d:\d\d UTC · live: 6</title>", charts["live"])
+    assert re.search(r"<title>\d\d:\d\d UTC · created: 5</title>", charts["activity"])
+    with translation.override("zh-hans"):
+        chinese = fleet_charts()
+    assert "Idle timeout" not in chinese["stops"] and "created" not in chinese["activity"]
 
 
 def test_a_chart_says_when_it_has_too_few_samples() -> None:
