@@ -157,3 +157,16 @@ def test_revoking_a_token_and_deleting_a_pipeline_ask_first(admin, sandbox, pipe
         'data-confirm="Delete the pipeline support, and close and destroy its 1 live sandbox '
         "with its workspace? Its tokens stop working at once." in page
     )
+
+
+def test_the_lease_shows_the_token_that_took_it(admin, pipeline, bot, docker_engine) -> None:
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {PipelineToken.issue(pipeline)[1]}")
+    opened = api.post(
+        "/api/v1/sandboxes/open",
+        {"pipeline": pipeline.slug, "variables": CHAT},
+        content_type="application/json",
+    ).json()
+    page = html.unescape(admin.get(f"/sandboxes/{opened['sandbox_id']}/").content.decode())
+    assert re.search(r'data-testid="acquired-by">taken by the token \d+ of support<', page)
+    fleet = html.unescape(admin.get("/").content.decode())
+    assert re.search(r"group_123456<br><span class=\"muted\">the token \d+ of support<", fleet)
