@@ -2,6 +2,7 @@
 and its row, one chat's history (the fleet's page is `sandboxes.fleet`). Reads only; every
 change goes through the services."""
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -23,7 +24,7 @@ def fleet_row(sandbox_id: UUID | str) -> Sandbox | None:
 
 
 def sandbox_page(
-    sandbox: Sandbox, admin_name: str, parts: frozenset[str] | set[str] = live.PARTS
+    sandbox: Sandbox, admin_name: str, parts: Collection[str] = live.PARTS
 ) -> dict[str, Any]:
     """What the parts of a sandbox's page show, for the admin looking at it; only the parts
     asked for are read (a push re-renders only what a change touched)."""

@@ -142,3 +142,41 @@ def test_each_kind_of_event_touches_its_parts() -> None:
     assert touched_by("session.created") == {live.SESSIONS, live.EVENTS}
     assert touched_by("process.restarted") == {live.PROCESSES, live.EVENTS}
     assert touched_by("sandbox.stopped") == live.PARTS
+
+
+def test_the_pages_of_one_sandbox_share_a_render_each_with_its_own_token(
+    admin, pipeline, bot, docker_engine, monkeypatch
+) -> None:
+    from django.middleware.csrf import _does_token_match  # the check Django itself applies
+
+    from sandboxes import dashboard
+
+    sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
+    renders: list[object] = []
+    sandbox_page = dashboard.sandbox_page
+    monkeypatch.setattr(
+        dashboard, "sandbox_page", lambda *a, **k: renders.append(a) or sandbox_page(*a, **k)
+    )
+    secrets = ["a" * 32, "b" * 32]
+
+    async def scenario() -> list[str]:
+        pages = [
+            websocket(f"/ws/sandboxes/{sandbox.pk}/", admin, csrftoken=secret) for secret in secrets
+        ]
+        for page in pages:
+            assert (await page.connect())[0]
+            await page.receive_from(timeout=10)
+        renders.clear()
+        await in_thread(services.takeover_lease)(sandbox, bot, reason="check")
+        got = [
+            (await receive_until(page, lambda m: 'id="sandbox-status"' in m))[-1] for page in pages
+        ]
+        for page in pages:
+            await page.disconnect()
+        return got
+
+    got = asyncio.run(scenario())
+    assert len(renders) == 1  # one render for both pages
+    for secret, message in zip(secrets, got, strict=True):
+        tokens = set(re.findall(r'name="csrfmiddlewaretoken" value="([^"]+)"', message))
+        assert tokens and all(_does_token_match(token, secret) for token in tokens)

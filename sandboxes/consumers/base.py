@@ -20,6 +20,8 @@ from boxyard.web import is_admin
 from sandboxes import live
 
 REFUSED = 4403
+# Where a render shared by several pages has a CSRF token: each page puts its own in.
+CSRF_MARK = "csrf-token-of-the-page"
 
 
 class DashboardConsumer(AsyncWebsocketConsumer):
@@ -62,13 +64,13 @@ class DashboardConsumer(AsyncWebsocketConsumer):
         if html:
             await self.send(text_data=html)
 
-    def render(self, template: str, context: dict[str, Any]) -> str:
+    def render(self, template: str, context: dict[str, Any], csrf_token: str | None = None) -> str:
         """A partial as the page renders it: in the admin's language, its forms carrying the
-        admin's CSRF token."""
+        admin's CSRF token (or `csrf_token`: CSRF_MARK, in a render shared by several pages,
+        each of which puts its own in)."""
+        token = self.csrf_token if csrf_token is None else csrf_token
         with translation.override(self.language):
-            return render_to_string(
-                template, {**context, "oob": True, "csrf_token": self.csrf_token}
-            )
+            return render_to_string(template, {**context, "oob": True, "csrf_token": token})
 
     def joined_groups(self) -> list[str]:
         raise NotImplementedError

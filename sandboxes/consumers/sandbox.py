@@ -5,6 +5,7 @@ restarts on its own, are looked at every PROCESSES_SECONDS while the page is ope
 
 import asyncio
 import uuid
+from collections.abc import Collection
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -12,7 +13,7 @@ from django.utils import translation
 from django.utils.html import escape
 
 from sandboxes import dashboard, live
-from sandboxes.consumers.base import DashboardConsumer
+from sandboxes.consumers.base import CSRF_MARK, DashboardConsumer, shared
 
 # Which partial shows which part of the page (the files are the browser's to fetch again).
 PARTIALS = {
@@ -34,6 +35,7 @@ class SandboxConsumer(DashboardConsumer):
     async def connect(self) -> None:
         self.sandbox_id = str(self.scope["url_route"]["kwargs"]["sandbox_id"])
         self.pending: set[str] = set()
+        self.latest: str | None = None  # the id of the last change heard
         self.rendering: asyncio.Task[None] | None = None
         self.tasks: list[asyncio.Task[None]] = []
         await super().connect()
@@ -57,21 +59,29 @@ class SandboxConsumer(DashboardConsumer):
 
     async def sandbox_changed(self, message: dict[str, Any]) -> None:
         self.pending.update(message.get("parts", live.PARTS))
+        self.latest = message.get("id")
         if self.rendering is None or self.rendering.done():
             self.rendering = asyncio.create_task(self.send_changes())
 
     async def send_changes(self) -> None:
+        """Render what changed; the pages of this sandbox that have heard the same changes
+        and show them the same way (language, admin) share one render."""
         while self.pending:
-            parts, self.pending = self.pending, set()
-            await self.send_html(await database_sync_to_async(self.render_parts)(parts))
+            parts, self.pending = frozenset(self.pending), set()
+            key = ({"id": self.latest}, self.sandbox_id, parts, self.language, self.admin_name)
+            self.latest = None  # a look of this page's own (processes) is not shared
+            html = await shared(key, self.render_parts, parts, CSRF_MARK)
+            await self.send_html(html.replace(CSRF_MARK, self.csrf_token))
 
-    def render_parts(self, parts: set[str]) -> str:
+    def render_parts(self, parts: Collection[str], csrf_token: str | None = None) -> str:
         sandbox = dashboard.fleet_row(self.sandbox_id)
         if sandbox is None:
             return ""
         with translation.override(self.language):  # the actions' words, as the page says them
             context = dashboard.sandbox_page(sandbox, self.admin_name, parts)
-        html = [self.render(PARTIALS[part], context) for part in PARTIALS if part in parts]
+        html = [
+            self.render(PARTIALS[part], context, csrf_token) for part in PARTIALS if part in parts
+        ]
         if live.FILES in parts:
             # The file browser fetches what it shows again (see boxyard.js).
             html.append(
