@@ -13,7 +13,7 @@ from django.utils.translation import gettext as _
 from boxyard.errors import BoxyardError
 from sandboxes import live
 from sandboxes.models import Event, Exec, Sandbox, State
-from sandboxes.runtime import Usage, get_runtime
+from sandboxes.runtime import Usage
 from sandboxes.services.processes import read_processes
 from sandboxes.services.sessions import list_sessions
 from sandboxes.services.workspaces import WorkspaceUsage, workspace_usage
@@ -203,17 +203,14 @@ def running_background(sandbox: Sandbox) -> list[Exec]:
     )
 
 
-def usage_of(sandbox_id: UUID | str) -> Usage | None:
-    """The container's CPU and memory counters now, or None (not running, or no engine)."""
-    sandbox = (
-        Sandbox.objects.filter(pk=sandbox_id, state=State.RUNNING).only("container_id").first()
+def running_container(sandbox_id: UUID | str) -> str:
+    """The container of the sandbox if it runs ("" if not)."""
+    found = (
+        Sandbox.objects.filter(pk=sandbox_id, state=State.RUNNING)
+        .values_list("container_id", flat=True)
+        .first()
     )
-    if sandbox is None or not sandbox.container_id:
-        return None
-    try:
-        return get_runtime().usage(sandbox.container_id)
-    except BoxyardError:
-        return None
+    return found or ""
 
 
 def workspace_of(sandbox_id: UUID | str) -> WorkspaceUsage | None:

@@ -180,3 +180,26 @@ def test_the_pages_of_one_sandbox_share_a_render_each_with_its_own_token(
     for secret, message in zip(secrets, got, strict=True):
         tokens = set(re.findall(r'name="csrfmiddlewaretoken" value="([^"]+)"', message))
         assert tokens and all(_does_token_match(token, secret) for token in tokens)
+
+
+def test_the_pages_of_a_sandbox_share_one_reading_of_its_cpu_and_memory(
+    pipeline, bot, docker_engine
+) -> None:
+    from sandboxes.consumers import usage
+
+    sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
+    first, second = usage.watch(sandbox.container_id), usage.watch(sandbox.container_id)
+    assert first is second and first.thread.is_alive()  # one stream for both pages
+    deadline = time.monotonic() + 10
+    while first.latest is None:
+        assert time.monotonic() < deadline, "no reading within 10 s"
+        time.sleep(0.1)
+    assert first.latest.memory_limit_bytes == pipeline.memory_mb * 2**20
+    usage.unwatch(first)
+    assert first.thread.is_alive()  # a page still looks
+    usage.unwatch(second)
+    first.thread.join(timeout=5)
+    assert not first.thread.is_alive()  # the last page left: the stream ends
+    again = usage.watch(sandbox.container_id)
+    assert again is not first  # a new page starts a new one
+    usage.unwatch(again)

@@ -13,6 +13,7 @@ from django.utils import translation
 from django.utils.html import escape
 
 from sandboxes import dashboard, live
+from sandboxes.consumers import usage
 from sandboxes.consumers.base import CSRF_MARK, DashboardConsumer, shared
 
 # Which partial shows which part of the page (the files are the browser's to fetch again).
@@ -91,13 +92,31 @@ class SandboxConsumer(DashboardConsumer):
         return "".join(html)
 
     async def report_usage(self) -> None:
+        """The sandbox's CPU, memory and workspace, every USAGE_SECONDS: the CPU and memory
+        from the container's reading shared by every page of it (`consumers.usage`)."""
+        follower: usage.Follower | None = None
         previous = None
-        while True:
-            reading = await database_sync_to_async(dashboard.usage_of)(self.sandbox_id)
-            workspace = await database_sync_to_async(dashboard.workspace_of)(self.sandbox_id)
-            await self.send_html(self.render_usage(reading, previous, workspace))
-            previous = reading
-            await asyncio.sleep(self.USAGE_SECONDS)
+        try:
+            while True:
+                container = await database_sync_to_async(dashboard.running_container)(
+                    self.sandbox_id
+                )
+                if follower is not None and follower.container != container:
+                    usage.unwatch(follower)
+                    follower, previous = None, None
+                if follower is None and container:
+                    follower = usage.watch(container)
+                reading = follower.latest if follower is not None else None
+                # Off the database's thread: the workspace's use is the agent's to say.
+                workspace = await database_sync_to_async(
+                    dashboard.workspace_of, thread_sensitive=False
+                )(self.sandbox_id)
+                await self.send_html(self.render_usage(reading, previous, workspace))
+                previous = reading
+                await asyncio.sleep(self.USAGE_SECONDS)
+        finally:
+            if follower is not None:
+                usage.unwatch(follower)
 
     def render_usage(self, reading: Any, previous: Any, workspace: Any = None) -> str:
         with translation.override(self.language):

@@ -228,6 +228,11 @@ class Runtime(Protocol):
         """The container's CPU and memory counters now; None if it is not running."""
         ...
 
+    def follow_usage(self, container: str) -> "Iterator[Usage]":
+        """The container's counters as the engine takes them (about one reading a second),
+        until the container stops, the engine cannot be reached, or the caller stops asking."""
+        ...
+
     def events(self, labels: dict[str, str], since: float | None = None) -> "EventStream":
         """The lifecycle events (start, die, oom, destroy) of the containers carrying all
         `labels`, from `since` (a Unix time on the engine's clock; None: from this call), for

@@ -8,7 +8,7 @@ import stat
 import tarfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from functools import cached_property
 from pathlib import Path
@@ -18,6 +18,7 @@ from urllib.parse import quote
 import docker
 import docker.errors
 import docker.utils
+import requests
 from docker.types import LogConfig, Ulimit
 from docker.types import Mount as DockerMount
 
@@ -344,20 +345,19 @@ class DockerRuntime(ExecsMixin, EventsMixin, DirectMixin):
             stats = self.api.stats(container, stream=False, one_shot=True)
         except docker.errors.NotFound:
             return None
-        cpu = stats.get("cpu_stats") or {}
-        memory = stats.get("memory_stats") or {}
-        if not cpu.get("cpu_usage"):
-            return None  # not running
-        return Usage(
-            cpu_ns=int(cpu["cpu_usage"].get("total_usage", 0)),
-            system_ns=int(cpu.get("system_cpu_usage", 0)),
-            online_cpus=int(
-                cpu.get("online_cpus") or len(cpu["cpu_usage"].get("percpu_usage") or [1])
-            ),
-            memory_bytes=int(memory.get("usage", 0))
-            - int((memory.get("stats") or {}).get("cache", 0)),
-            memory_limit_bytes=int(memory.get("limit", 0)),
-        )
+        return _usage(stats)
+
+    def follow_usage(self, container: str) -> Iterator[Usage]:
+        # The engine's own stream: a reading a second, where every one-shot call after the
+        # first waits about a second for the engine's next one.
+        try:
+            for stats in self.api.stats(container, stream=True, decode=True):
+                reading = _usage(stats)
+                if reading is None:
+                    return
+                yield reading
+        except (docker.errors.DockerException, requests.exceptions.RequestException, OSError):
+            return
 
     # --- the agent ----------------------------------------------------------------------------
 
@@ -421,3 +421,18 @@ def _refuse_dangerous_bind(source: str) -> None:
     real = os.path.realpath(source)
     if real == "/" or (os.path.exists(real) and stat.S_ISSOCK(os.stat(real).st_mode)):
         raise RuntimeFailure(N_("refusing to mount %(path)s into a sandbox", path=source))
+
+
+def _usage(stats: dict[str, Any]) -> Usage | None:
+    """A reading of the engine's stats; None when the container does not run."""
+    cpu = stats.get("cpu_stats") or {}
+    memory = stats.get("memory_stats") or {}
+    if not cpu.get("cpu_usage"):
+        return None
+    return Usage(
+        cpu_ns=int(cpu["cpu_usage"].get("total_usage", 0)),
+        system_ns=int(cpu.get("system_cpu_usage", 0)),
+        online_cpus=int(cpu.get("online_cpus") or len(cpu["cpu_usage"].get("percpu_usage") or [1])),
+        memory_bytes=int(memory.get("usage", 0)) - int((memory.get("stats") or {}).get("cache", 0)),
+        memory_limit_bytes=int(memory.get("limit", 0)),
+    )
