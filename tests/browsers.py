@@ -84,6 +84,8 @@ def open_tab(page: Any, name: str) -> None:
     page.click(f"[role=tab][data-tab={name}]")
     page.wait_for_selector(f"[role=tab][data-tab={name}][aria-selected=true]")
     page.wait_for_selector(f"#{name}-panel:not([hidden])")
+    if name == "files":  # a listing that went stale while hidden is fetched again first
+        page.wait_for_selector("#files-view:not([data-stale])", state="attached")
 
 
 @contextmanager

@@ -61,6 +61,13 @@ def test_the_open_page_follows_the_bot(bot_api, server, browser) -> None:
     page.wait_for_selector("#files-view a:has-text('notes.txt')")
     call("DELETE", "/files", params={"path": "notes.txt"})
     page.wait_for_selector("#files-view a:has-text('notes.txt')", state="detached")
+    # While another tab is shown the listing waits, and is fetched again when Files is.
+    open_tab(page, "commands")
+    call("PUT", "/files", json={"path": "later.txt", "contents": "hi"})
+    page.wait_for_selector("#files-view[data-stale]", state="attached")
+    assert page.locator("#files-view a:has-text('later.txt')").count() == 0
+    open_tab(page, "files")
+    page.wait_for_selector("#files-view a:has-text('later.txt')")
 
     # A shell session, and where a command moved it.
     open_tab(page, "processes")

@@ -264,27 +264,38 @@
 
   // A change of the sandbox's files, said over the page's websocket (`#files-stale`): the
   // file browser fetches again what it shows, the directory or the file.
+  // While the file browser is not shown (another tab is), it is only marked stale, and
+  // fetches again when it is shown: a bot's burst of commands costs no listings meanwhile.
   var filesStale = false;
+  function refreshFiles() {
+    filesStale = false;
+    var view = document.getElementById("files-view");
+    var url = view && view.getAttribute("data-url");
+    if (!url) return;
+    if (view.closest("[hidden]")) {
+      view.setAttribute("data-stale", "");  // until the new listing replaces it
+      return;
+    }
+    var form = view.querySelector("form[data-upload]");
+    // An upload under way refreshes the view itself when it ends; what an ended one said
+    // stays said in the new view.
+    if (form && form.querySelector("button[disabled]")) return;
+    var done = form ? form.querySelector("[data-upload-done]").textContent : "";
+    var failed = form ? form.querySelector("[data-upload-error]").textContent : "";
+    htmx.ajax("GET", url, { target: "#files-view", swap: "outerHTML" }).then(function () {
+      var again = document.querySelector("#files-view form[data-upload]");
+      if (again && (done || failed)) say(again, done, failed);
+    });
+  }
   document.addEventListener("htmx:oobBeforeSwap", function (event) {
     var target = event.detail && event.detail.target;
     if (!target || target.id !== "files-stale" || !window.htmx || filesStale) return;
     filesStale = true;
-    setTimeout(function () {
-      filesStale = false;
-      var view = document.getElementById("files-view");
-      var url = view && view.getAttribute("data-url");
-      if (!url) return;
-      var form = view.querySelector("form[data-upload]");
-      // An upload under way refreshes the view itself when it ends; what an ended one said
-      // stays said in the new view.
-      if (form && form.querySelector("button[disabled]")) return;
-      var done = form ? form.querySelector("[data-upload-done]").textContent : "";
-      var failed = form ? form.querySelector("[data-upload-error]").textContent : "";
-      htmx.ajax("GET", url, { target: "#files-view", swap: "outerHTML" }).then(function () {
-        var again = document.querySelector("#files-view form[data-upload]");
-        if (again && (done || failed)) say(again, done, failed);
-      });
-    }, 0);
+    setTimeout(refreshFiles, 0);
+  });
+  document.addEventListener("boxyard:shown", function (event) {
+    var view = document.getElementById("files-view");
+    if (view && view.hasAttribute("data-stale") && event.target.contains(view)) refreshFiles();
   });
 
   // The header's Menu button (narrow screens): shows and hides the menu it controls.

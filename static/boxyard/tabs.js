@@ -25,7 +25,11 @@
       tab.setAttribute("aria-selected", on ? "true" : "false");
       tab.tabIndex = on ? 0 : -1;
       var panel = panelOf(tab);
-      if (panel) panel.hidden = !on;
+      if (!panel) return;
+      var shown = on && panel.hidden;
+      panel.hidden = !on;
+      // What waited for the panel to be seen (a file listing to fetch again) hears it now.
+      if (shown) panel.dispatchEvent(new CustomEvent("boxyard:shown", { bubbles: true }));
     });
   }
 
