@@ -5,7 +5,7 @@ whoever listens (the dashboard's consumers) reads the rows again and renders the
 a page load renders, those parts alone. Every lifecycle change goes through
 `sandboxes.events.record`, which calls `changed` here with the parts its kind of event touches,
 so nothing is published twice by hand and nothing that records an event is left out; a
-command's start and end, which are no events, are said by the exec service (`COMMAND`).
+command's start and end, which are no events, are said by the exec service (`command_parts`).
 
 Any thread may publish: from a request, a Celery task or the reconciler. With Redis (the
 distributed mode) the message goes to the channel layer from the calling thread; with the
@@ -40,10 +40,17 @@ STATUS, EXECS, EVENTS, PROCESSES, SESSIONS, FILES = (
     "files",
 )
 PARTS = frozenset({STATUS, EXECS, EVENTS, PROCESSES, SESSIONS, FILES})
-# What a command's start or end touches: its row, the background commands, the session it
-# moved, and the files it may have written. Not the status: a fleet row hears it only as
-# activity, which the fleet page gathers (see consumers).
-COMMAND = frozenset({EXECS, PROCESSES, SESSIONS, FILES})
+# What a command touches: its row when it starts; its row, the session it moved and the
+# files it may have written when it ends; and the background commands, if it is one. Not the
+# status: a fleet row hears it only as activity, which the fleet page gathers (see consumers).
+COMMAND_STARTED = frozenset({EXECS})
+COMMAND_ENDED = frozenset({EXECS, SESSIONS, FILES})
+
+
+def command_parts(*, ended: bool, background: bool) -> frozenset[str]:
+    parts = COMMAND_ENDED if ended else COMMAND_STARTED
+    return parts | {PROCESSES} if background else parts
+
 
 _server_loop: asyncio.AbstractEventLoop | None = None
 _loop_lock = threading.Lock()

@@ -119,10 +119,13 @@ def forgotten(record: Exec) -> Exec:
     return record
 
 
-def announce(record: Exec) -> None:
+def announce(record: Exec, *, ended: bool = True) -> None:
     """Say that a command started or ended, once the transaction commits: the open pages of
-    its sandbox show it (its row, the background commands, its session, the files)."""
-    live.changed(record.sandbox_id, None, live.COMMAND)
+    its sandbox show it (its row; at its end its session and the files; a background one in
+    the processes too)."""
+    live.changed(
+        record.sandbox_id, None, live.command_parts(ended=ended, background=record.background)
+    )
 
 
 def _ended(record: Exec, state: ExecState, duration_ms: int | None) -> None:

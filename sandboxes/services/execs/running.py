@@ -99,7 +99,7 @@ def run_exec(
             timeout_seconds=request.timeout_seconds or 0,
         )
         # Activity is stamped when the exec ends; while it runs, the running row is activity.
-        announce(record)
+        announce(record, ended=False)
     if watch is not None:
         watch.started(record)
     if engine:
