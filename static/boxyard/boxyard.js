@@ -61,7 +61,9 @@
     var now = Date.now();
     document.querySelectorAll("time[data-countdown]").forEach(function (el) {
       var at = Date.parse(el.getAttribute("datetime"));
-      if (!isNaN(at)) el.textContent = left((at - now) / 1000);
+      if (isNaN(at)) return;
+      var text = left((at - now) / 1000);
+      if (el.textContent !== text) el.textContent = text;
     });
     var moments = document.querySelectorAll("time[data-relative]");
     if (!moments.length) return;
@@ -306,7 +308,19 @@
     button.setAttribute("aria-expanded", open ? "true" : "false");
   });
 
+  // After swaps, one tick for all of them: a pushed message swaps several parts, and htmx
+  // says so for each element of each.
+  var ticking = false;
+  function tickSoon() {
+    if (ticking) return;
+    ticking = true;
+    setTimeout(function () {
+      ticking = false;
+      tick();
+    }, 0);
+  }
+
   document.addEventListener("DOMContentLoaded", tick);
-  document.addEventListener("htmx:afterSwap", tick);
-  document.addEventListener("htmx:oobAfterSwap", tick);
+  document.addEventListener("htmx:afterSwap", tickSoon);
+  document.addEventListener("htmx:oobAfterSwap", tickSoon);
 })();
