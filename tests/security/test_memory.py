@@ -421,6 +421,11 @@ def test_the_malloc_policy_is_set_unless_the_operator_chose(monkeypatch: Any) ->
     assert heap.limit_malloc() == {"MALLOC_MMAP_THRESHOLD_": heap.MMAP_THRESHOLD}
 
 
+# What 200 MB written must at least add to the resident size for the tests below to mean
+# anything (85%).
+RESIDENT_AT_LEAST = 170_000_000
+
+
 def _fragment(megabytes: int) -> tuple[list[bytes], int]:
     """Allocate `megabytes` in blocks small enough to come from an arena, then free all but
     one in fifty: the survivors pin the freed pages between them. Returns the survivors and
@@ -444,7 +449,9 @@ def test_freed_memory_goes_back_to_the_system() -> None:
     kept = heap.resident_bytes()
     assert heap.give_back()
     after = heap.resident_bytes()
-    assert height - before > 190_000_000
+    # Most of the 200 MB written became resident (not all: the process may hold pages freed by
+    # earlier tests, which the allocation fills first).
+    assert height - before > RESIDENT_AT_LEAST
     assert kept - before > 150_000_000, (
         "the freed blocks were given back before the test could look"
     )
@@ -461,7 +468,7 @@ def test_the_watcher_gives_memory_back_after_a_burst_without_being_asked() -> No
         time.sleep(0.3)
         before = heap.resident_bytes()
         survivors, height = _in_a_thread(lambda: _fragment(200))
-        assert height - before > 190_000_000
+        assert height - before > RESIDENT_AT_LEAST
         deadline = time.monotonic() + 5
         while heap.resident_bytes() > height - 150_000_000 and time.monotonic() < deadline:
             time.sleep(0.1)
