@@ -10,6 +10,7 @@ from uuid import UUID
 from django.db.models import Q, QuerySet
 from django.utils.translation import gettext as _
 
+from boxyard.actors import Actor
 from boxyard.errors import BoxyardError
 from sandboxes import live
 from sandboxes.models import Event, Exec, Sandbox, State
@@ -61,7 +62,7 @@ def sandbox_actions(sandbox: Sandbox, admin_name: str) -> list[Action]:
     """The sandbox page's actions as they apply to this sandbox, for this admin, now."""
     key = sandbox.scope_key
     holder = sandbox.lease.holder if hasattr(sandbox, "lease") else ""
-    mine = holder == f"admin:{admin_name}"
+    mine = holder == str(Actor("admin", admin_name))  # how an admin holds a lease
     running = sandbox.state == State.RUNNING
     gone = sandbox.state == State.DESTROYED
     startable = sandbox.state in (State.RUNNING, State.STOPPED, State.ERROR, State.UNKNOWN)
