@@ -182,6 +182,43 @@ def test_a_past_moment_reads_in_words_with_its_exact_time_on_hover(
     page.close()
 
 
+def test_countdowns_count_seconds_on_the_sandbox_page_and_minutes_in_the_fleet(
+    bot_api, server, browser
+) -> None:
+    """The sandbox page's deadlines count every second; the fleet's rows, where every cell
+    changing every second would be noise (and a redraw a second for every open page), count
+    in minutes until the last one, then in seconds."""
+    _bot, sandbox_id = bot_api
+    page = sandbox_page(browser, server, sandbox_id)
+    seconds_left = (
+        "time => time.setAttribute('datetime', new Date(Date.now() + 754000).toISOString())"
+    )
+    countdown = page.locator("#sandbox-status time[data-countdown]").first
+    countdown.evaluate(seconds_left)
+    page.wait_for_function(
+        "() => /^12\\s?m(in)?\\s+\\d+\\s?s/.test("
+        "document.querySelector('#sandbox-status time[data-countdown]').textContent)"
+    )
+    page.goto(f"{server.url}/")
+    cell = page.locator(f"#sandbox-{sandbox_id} time[data-countdown]").first
+    cell.evaluate(seconds_left)
+    page.wait_for_function(
+        "id => /^12\\s?m(in)?$/.test(document.querySelector("
+        "`#sandbox-${id} time[data-countdown]`).textContent)",
+        arg=sandbox_id,
+    )
+    # The last minute counts in seconds.
+    cell.evaluate(
+        "time => time.setAttribute('datetime', new Date(Date.now() + 42500).toISOString())"
+    )
+    page.wait_for_function(
+        "id => /^4[0-2]\\s?s$/.test(document.querySelector("
+        "`#sandbox-${id} time[data-countdown]`).textContent)",
+        arg=sandbox_id,
+    )
+    page.close()
+
+
 def test_without_javascript_every_panel_shows(bot_api, server, browser) -> None:
     _bot, sandbox_id = bot_api
     context = browser.new_context(viewport={"width": 1280, "height": 900})

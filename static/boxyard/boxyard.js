@@ -22,11 +22,14 @@
     return units[name].format(value);
   }
 
-  function left(seconds) {
+  // `data-countdown="minutes"` (the fleet's rows) counts in minutes until the last one: a
+  // table of sandboxes whose cells all changed every second would be noise to read, and a
+  // redraw a second for every page open.
+  function left(seconds, minutes) {
     if (seconds <= 0) return unit(0, "second");
     var h = Math.floor(seconds / 3600), m = Math.floor((seconds % 3600) / 60), s = Math.floor(seconds % 60);
     if (h > 0) return unit(h, "hour") + " " + unit(m, "minute");
-    if (m > 0) return unit(m, "minute") + " " + unit(s, "second");
+    if (m > 0) return minutes ? unit(m, "minute") : unit(m, "minute") + " " + unit(s, "second");
     return unit(s, "second");
   }
 
@@ -51,6 +54,9 @@
 
   function ago(format, seconds) {
     seconds = Math.max(seconds, 0); // a clock a little ahead of the server's says "now"
+    // Within the first minute, by tens of seconds ("now", "10 seconds ago"): a moment's words
+    // change at most every 10 seconds, then every minute.
+    if (seconds < 60) seconds = Math.floor(seconds / 10) * 10;
     var unit = UNITS.filter(function (u) { return seconds >= u[1]; })[0] || UNITS[UNITS.length - 1];
     return format.format(-Math.floor(seconds / unit[1]), unit[0]);
   }
@@ -62,7 +68,7 @@
     document.querySelectorAll("time[data-countdown]").forEach(function (el) {
       var at = Date.parse(el.getAttribute("datetime"));
       if (isNaN(at)) return;
-      var text = left((at - now) / 1000);
+      var text = left((at - now) / 1000, el.getAttribute("data-countdown") === "minutes");
       if (el.textContent !== text) el.textContent = text;
     });
     var moments = document.querySelectorAll("time[data-relative]");
