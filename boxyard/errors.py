@@ -229,6 +229,20 @@ class RuntimeUnavailable(Unavailable):
     code = "runtime_unavailable"
 
 
+class HostUnavailable(RuntimeUnavailable):
+    """The Docker host of the sandbox does not answer (or is marked down): its sandboxes wait
+    for it to come back; new ones go elsewhere."""
+
+    code = "host_unavailable"
+
+
+class NoRoom(Unavailable):
+    """No active Docker host can take a new sandbox (full, draining, down, or without the
+    labels the pipeline requires)."""
+
+    code = "no_room"
+
+
 class PoolExhausted(Unavailable):
     """The pipeline's warm pool has no ready sandbox and its policy is not to create one cold."""
 

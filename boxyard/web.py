@@ -9,6 +9,7 @@ from django.contrib.auth.forms import AuthenticationForm
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponseBase
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext_lazy as _
 
 from boxyard.actors import Actor
@@ -55,3 +56,14 @@ class StaffLoginForm(AuthenticationForm):
             raise forms.ValidationError(
                 _("This account is not an administrator's."), code="not_staff"
             )
+
+
+def sent_from(request: HttpRequest, default: str) -> str:
+    """The page a form was sent from (its `next`), if it is a page of this site; else
+    `default`."""
+    wanted = request.POST.get("next") or ""
+    if wanted and url_has_allowed_host_and_scheme(
+        wanted, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return wanted
+    return default

@@ -10,7 +10,7 @@ from celery.worker import WorkController
 from django.conf import settings
 
 from config.celery import app
-from sandboxes.services.watching import start_following
+from hosts.keeper import served_queues, start_keeping
 
 log = logging.getLogger(__name__)
 
@@ -19,9 +19,12 @@ def start_worker_and_scheduler() -> WorkController:
     """Start the worker (a pool of threads) and the periodic scheduler; both are daemon
     threads that end with the process, as is the engine-event follower. Tasks lost with the
     process are made good by the reconciler, which the worker runs as soon as it is ready."""
+    hostname = f"embedded@{socket.gethostname()}"
     worker = WorkController(
         app=app,
-        hostname=f"embedded@{socket.gethostname()}",
+        hostname=hostname,
+        # Every Docker host's queue besides the default one (with host queues: a Redis broker).
+        queues=[settings.CELERY_TASK_DEFAULT_QUEUE, *served_queues()],
         pool_cls="threads",
         concurrency=settings.BOXYARD_WORKER_THREADS,
         without_heartbeat=True,
@@ -36,7 +39,8 @@ def start_worker_and_scheduler() -> WorkController:
     assert isinstance(scheduler, threading.Thread)  # as thread=True asks
     scheduler.daemon = True
     scheduler.start()
-    # Containers that die outside Boxyard, marked lost as it happens; it stops with the worker.
-    start_following()
+    # The Docker hosts' health, and containers that die outside Boxyard marked lost as it
+    # happens; both stop with the process.
+    start_keeping(worker=hostname if settings.BOXYARD_HOST_QUEUES else None)
     log.info("embedded worker (%d threads) and scheduler started", settings.BOXYARD_WORKER_THREADS)
     return worker

@@ -54,6 +54,7 @@ INSTALLED_APPS = [
     "ninja",
     "axes",
     "csp",
+    "hosts",
     "pipelines",
     "sandboxes",
 ]
@@ -202,6 +203,13 @@ _IN_MEMORY_BROKER = CELERY_BROKER_URL.startswith("memory://")
 # Whether `manage.py serve` runs the worker and the scheduler in its own process.
 BOXYARD_EMBEDDED_WORKER = env_bool("BOXYARD_EMBEDDED_WORKER", _IN_MEMORY_BROKER)
 BOXYARD_WORKER_THREADS = env_int("BOXYARD_WORKER_THREADS", 8, minimum=1)
+# The Docker hosts a worker serves (their names, comma-separated; `*`: all): it checks their
+# health and follows their containers' events. The embedded worker serves all.
+BOXYARD_WORKER_HOSTS = env_str("BOXYARD_WORKER_HOSTS", "*")
+# Engine work for a Docker host (boot, destroy, reconcile, pool refill, image builds, moves)
+# goes to that host's queue, `<queue>.host.<name>`, consumed by the workers that serve it.
+# Off with the in-memory broker: its one worker serves every host.
+BOXYARD_HOST_QUEUES = env_bool("BOXYARD_HOST_QUEUES", not _IN_MEMORY_BROKER)
 CELERY_BROKER_TRANSPORT_OPTIONS = (
     {"polling_interval": 0.02}  # the in-memory queue is polled: hand tasks over promptly
     if _IN_MEMORY_BROKER

@@ -26,5 +26,6 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("i18n/", include("django.conf.urls.i18n")),
     path("pipelines/", include("pipelines.urls")),
+    path("hosts/", include("hosts.urls")),
     path("", include("sandboxes.urls")),
 ]

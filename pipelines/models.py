@@ -107,6 +107,11 @@ class Pipeline(models.Model):
     )
     tmp_mb = models.PositiveIntegerField(default=256, validators=[MinValueValidator(1)])
     network_enabled = models.BooleanField(default=False)
+    host_labels = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='Labels a Docker host must have to take its sandboxes, e.g. {"gpu": "1"}.',
+    )
     idle_timeout_seconds = models.PositiveIntegerField(default=1800)
     ttl_seconds = models.PositiveIntegerField(default=24 * 3600)
     lease_timeout_seconds = models.PositiveIntegerField(
@@ -166,6 +171,13 @@ class Pipeline(models.Model):
     def clean(self) -> None:
         # Said in the active language (the form shows them); pipelines.services keeps the English.
         errors: dict[str, ValidationError] = {}
+        if not isinstance(self.host_labels, dict) or not all(
+            isinstance(key, str) and isinstance(value, str)
+            for key, value in self.host_labels.items()
+        ):
+            errors["host_labels"] = ValidationError(
+                _('must be an object of text values, such as {"zone": "eu"}')
+            )
         if not image_allowed(self.effective_image):
             errors["image"] = ValidationError(
                 _("%(image)r is not on the operator's image allowlist (%(allowed)s)"),

@@ -12,16 +12,18 @@ from django.utils.translation import gettext as _
 
 from boxyard.actors import Actor
 from boxyard.errors import BoxyardError
-from sandboxes import live
+from hosts.models import DockerHost, HostState
+from sandboxes import lifecycle, live
 from sandboxes.models import Event, Exec, Sandbox, State
 from sandboxes.runtime import Usage
+from sandboxes.runtime.agent import At
 from sandboxes.services.processes import read_processes
 from sandboxes.services.sessions import list_sessions
 from sandboxes.services.workspaces import WorkspaceUsage, workspace_usage
 
 
 def fleet_row(sandbox_id: UUID | str) -> Sandbox | None:
-    return Sandbox.objects.select_related("pipeline", "lease").filter(pk=sandbox_id).first()
+    return Sandbox.objects.select_related("pipeline", "lease", "host").filter(pk=sandbox_id).first()
 
 
 def sandbox_page(
@@ -56,6 +58,7 @@ class Action:
     reason: str = ""
     confirm: str = ""
     danger: bool = False
+    choices: tuple[tuple[str, str], ...] = ()  # a select the form sends as `to`
 
 
 def sandbox_actions(sandbox: Sandbox, admin_name: str) -> list[Action]:
@@ -128,6 +131,7 @@ def sandbox_actions(sandbox: Sandbox, admin_name: str) -> list[Action]:
             reason="" if running else not_running,
             confirm=_("Stop %(key)s? Its processes end; the workspace is kept.") % {"key": key},
         ),
+        _move_action(sandbox),
         Action(
             "destroy",
             _("Destroy"),
@@ -141,6 +145,37 @@ def sandbox_actions(sandbox: Sandbox, admin_name: str) -> list[Action]:
             danger=True,
         ),
     ]
+
+
+def _move_action(sandbox: Sandbox) -> Action:
+    """Moving to another Docker host: where placement puts it, or a host the admin picks."""
+    others = [
+        name
+        for pk, name in DockerHost.objects.filter(
+            state=HostState.ACTIVE, down_since__isnull=True
+        ).values_list("pk", "name")
+        if pk != sandbox.host_id
+    ]
+    movable = sandbox.state in lifecycle.BEGIN_MOVE.sources
+    reason = (
+        _("The sandbox is %(state)s.") % {"state": sandbox.get_state_display()}
+        if not movable
+        else _("No other Docker host takes sandboxes now.")
+        if not others
+        else ""
+    )
+    return Action(
+        "move",
+        _("Move to another host"),
+        enabled=movable and bool(others),
+        reason=reason,
+        confirm=_(
+            "Move %(key)s to another Docker host? Its container stops, its workspace is "
+            "carried across and it starts there; its lease, history and files stay."
+        )
+        % {"key": sandbox.scope_key},
+        choices=(("", _("where there is most room")), *((name, name) for name in others)),
+    )
 
 
 def processes_of(sandbox: Sandbox) -> dict[str, Any]:
@@ -204,14 +239,14 @@ def running_background(sandbox: Sandbox) -> list[Exec]:
     )
 
 
-def running_container(sandbox_id: UUID | str) -> str:
-    """The container of the sandbox if it runs ("" if not)."""
+def running_container(sandbox_id: UUID | str) -> At | None:
+    """The container of the sandbox, and its host, if it runs."""
     found = (
         Sandbox.objects.filter(pk=sandbox_id, state=State.RUNNING)
-        .values_list("container_id", flat=True)
+        .values_list("container_id", "host_id")
         .first()
     )
-    return found or ""
+    return At(*found) if found is not None and found[0] else None
 
 
 def workspace_of(sandbox_id: UUID | str) -> WorkspaceUsage | None:

@@ -14,10 +14,12 @@ def record(
     *,
     sandbox: Sandbox | None = None,
     pipeline_id: int | None = None,
+    host_id: int | None = None,
     reason: str = "",
     **detail: Any,
 ) -> Event:
-    """Append an event about a sandbox (and so its pipeline) or a pipeline alone.
+    """Append an event about a sandbox (and so its pipeline), a pipeline alone, or a Docker
+    host (`host_id`).
 
     Call it inside the transaction that makes the change it records; once that commits, the
     dashboards hear that the sandbox changed.
@@ -27,6 +29,7 @@ def record(
         action=action,
         sandbox=sandbox,
         pipeline_id=sandbox.pipeline_id if sandbox is not None else pipeline_id,
+        host_id=host_id,
         reason=reason[:200],
         detail=detail,
     )

@@ -22,6 +22,7 @@ SORTS: dict[str, str] = {
     "pipeline": "pipeline__slug",
     "key": "scope_key",
     "state": "state",
+    "host": "host__name",
     "holder": "lease__holder",
     "idle": "idle_deadline",
     "ttl": "expires_at",
@@ -32,6 +33,7 @@ COLUMNS = [  # the table's sortable columns, in order, with their headers
     ("pipeline", gettext_lazy("Pipeline")),
     ("key", gettext_lazy("Scope key")),
     ("state", gettext_lazy("State")),
+    ("host", gettext_lazy("Host")),
     ("holder", gettext_lazy("Lease holder")),
     ("idle", gettext_lazy("Idle deadline")),
     ("ttl", gettext_lazy("TTL")),
@@ -43,12 +45,13 @@ _HEX = frozenset("0123456789abcdef-")
 
 @dataclass(frozen=True)
 class FleetFilter:
-    """The fleet page's view: a pipeline's slug, a state ("live": all but destroyed), text
-    searched in the scope key, the lease holder, the chat variables and the id's beginning,
-    a sort column and direction, and the page."""
+    """The fleet page's view: a pipeline's slug, a state ("live": all but destroyed), a
+    Docker host's name, text searched in the scope key, the lease holder, the chat variables
+    and the id's beginning, a sort column and direction, and the page."""
 
     pipeline: str = ""
     state: str = "live"
+    host: str = ""
     text: str = ""
     sort: str = DEFAULT_SORT
     descending: bool = True
@@ -70,6 +73,7 @@ class FleetFilter:
         return cls(
             pipeline=(query.get("pipeline") or "")[:50],
             state=state,
+            host=(query.get("host") or "")[:50],
             text=(query.get("q") or "").strip()[:200],
             sort=sort.lstrip("-"),
             descending=descending,
@@ -83,6 +87,8 @@ class FleetFilter:
             sandboxes = sandboxes.exclude(state=State.DESTROYED)
         elif self.state != "all":
             sandboxes = sandboxes.filter(state=self.state)
+        if self.host:
+            sandboxes = sandboxes.filter(host__name=self.host)
         if self.text:
             found = Q(scope_key__icontains=self.text) | Q(lease__holder__icontains=self.text)
             for needle in _json_needles(self.text):
@@ -100,8 +106,8 @@ class FleetFilter:
         return sandboxes.order_by(first, f"{tie}created_at", f"{tie}id")
 
     def matches(self, sandbox: Sandbox | None) -> bool:
-        """`apply` for one sandbox already read with its pipeline and lease, without asking
-        the database."""
+        """`apply` for one sandbox already read with its pipeline, lease and host, without
+        asking the database."""
         if sandbox is None:
             return False
         if self.pipeline and sandbox.pipeline.slug != self.pipeline:
@@ -109,6 +115,8 @@ class FleetFilter:
         if self.state == "live" and sandbox.state == State.DESTROYED:
             return False
         if self.state not in ("live", "all") and sandbox.state != self.state:
+            return False
+        if self.host and sandbox.host.name != self.host:
             return False
         if not self.text:
             return True
@@ -136,7 +144,12 @@ class FleetFilter:
     def query_string(self, **changes: Any) -> str:
         """This view's query, with `changes` (a sort, a page): what a link to it carries."""
         view = replace(self, **changes)
-        query: dict[str, Any] = {"pipeline": view.pipeline, "state": view.state, "q": view.text}
+        query: dict[str, Any] = {
+            "pipeline": view.pipeline,
+            "state": view.state,
+            "host": view.host,
+            "q": view.text,
+        }
         if not view.default_order:
             query["sort"] = f"{'-' if view.descending else ''}{view.sort}"
         if view.page > 1:
@@ -204,7 +217,8 @@ def fleet_page(chosen: FleetFilter) -> FleetPage:
     pages = max(1, -(-total // PAGE_SIZE))
     number = min(chosen.page, pages)
     start = (number - 1) * PAGE_SIZE
-    rows = chosen.ordered(sandboxes.select_related("pipeline", "lease"))[start : start + PAGE_SIZE]
+    rows = chosen.ordered(sandboxes.select_related("pipeline", "lease", "host"))
+    rows = rows[start : start + PAGE_SIZE]
     return FleetPage(
         rows=list(rows),
         number=number,

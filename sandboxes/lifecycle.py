@@ -8,7 +8,10 @@ moves a sandbox from one state to the next.
     running                           ──lose_container──▶ unknown
     running, unknown                  ──lose────────────▶ stopped (container gone; workspace kept)
     running, unknown, error, stopped  ──restart─────────▶ creating (a new generation)
-    anything but destroyed            ──begin_stop──────▶ stopping
+    running, unknown, error, stopped  ──begin_move──────▶ moving (container removed, workspace carried)
+    moving                            ──moved───────────▶ creating (on its new host, a new generation)
+    moving                            ──cancel_move─────▶ stopped (still on its old host)
+    anything but moving, destroyed    ──begin_stop──────▶ stopping
     stopping                          ──stop────────────▶ stopped
     stopping                          ──destroy─────────▶ destroyed
     stopping                          ──cancel_stop─────▶ where it was
@@ -36,6 +39,7 @@ from django.db.models import F
 from django.db.models.functions import Now
 
 from boxyard.actors import Actor
+from hosts.models import DockerHost
 from pipelines.models import Pipeline
 from sandboxes import events, metrics
 from sandboxes.models import Lease, Sandbox, State, StopReason
@@ -57,7 +61,10 @@ def _t(name: str, sources: set[State], targets: set[State], action: str) -> Tran
 
 
 _LIVE: set[State] = {s for s in State if s != State.DESTROYED}
-_STOPPABLE = _LIVE - {State.STOPPING}
+# A move carries the workspace with no lock held: nothing stops the sandbox meanwhile (its
+# mover ends the move either way, the reconciler one its mover left).
+_STOPPABLE = _LIVE - {State.STOPPING, State.MOVING}
+_MOVABLE = {State.RUNNING, State.UNKNOWN, State.ERROR, State.STOPPED}
 
 START = _t("start", {State.CREATING, State.UNKNOWN}, {State.RUNNING}, "sandbox.started")
 FAIL = _t("fail", {State.CREATING, State.UNKNOWN}, {State.ERROR}, "sandbox.error")
@@ -70,13 +77,17 @@ RESTART = _t(
 ADOPT = _t("adopt", {State.RUNNING, State.UNKNOWN}, {State.RUNNING}, "sandbox.adopted")
 LOSE_CONTAINER = _t("lose_container", {State.RUNNING}, {State.UNKNOWN}, "sandbox.container_lost")
 LOSE = _t("lose", {State.RUNNING, State.UNKNOWN}, {State.STOPPED}, "sandbox.stopped")
-BEGIN_STOP = _t("begin_stop", _LIVE, {State.STOPPING}, "sandbox.stopping")
+BEGIN_STOP = _t("begin_stop", _LIVE - {State.MOVING}, {State.STOPPING}, "sandbox.stopping")
+BEGIN_MOVE = _t("begin_move", _MOVABLE, {State.MOVING}, "sandbox.moving")
+MOVED = _t("moved", {State.MOVING}, {State.CREATING}, "sandbox.moved")
+CANCEL_MOVE = _t("cancel_move", {State.MOVING}, {State.STOPPED}, "sandbox.move_failed")
 STOP = _t("stop", {State.STOPPING}, {State.STOPPED}, "sandbox.stopped")
 DESTROY = _t("destroy", {State.STOPPING}, {State.DESTROYED}, "sandbox.destroyed")
 CANCEL_STOP = _t("cancel_stop", {State.STOPPING}, _STOPPABLE, "sandbox.stop_failed")
 
 TRANSITIONS = (
     START, FAIL, RESTART, ADOPT, LOSE_CONTAINER, LOSE, BEGIN_STOP, STOP, DESTROY, CANCEL_STOP,
+    BEGIN_MOVE, MOVED, CANCEL_MOVE,
 )  # fmt: skip
 # Which states may follow each state (what `create` makes, `creating`, follows no state).
 FOLLOWS: dict[State, frozenset[State]] = {
@@ -116,7 +127,7 @@ def move(
     if container_id is not None:
         rows = rows.filter(container_id=container_id)
     values = {**_fields_of(transition, sandbox, reason), **(fields or {})}
-    if transition is RESTART:
+    if transition in (RESTART, MOVED):
         detail = {
             "previous_state": sandbox.state,
             "generation": sandbox.generation + 1,
@@ -159,7 +170,7 @@ def _fields_of(transition: Transition, sandbox: Sandbox, reason: str) -> dict[st
         }
     if transition is FAIL:
         return {"status_detail": reason[:2000], "stop_reason": StopReason.ERROR}
-    if transition is RESTART:
+    if transition in (RESTART, MOVED):
         generation = sandbox.generation + 1
         return {
             "generation": F("generation") + 1,
@@ -184,11 +195,16 @@ def _fields_of(transition: Transition, sandbox: Sandbox, reason: str) -> dict[st
         return ended
     if transition is CANCEL_STOP:
         return {"stop_reason": "", "destroy_requested": False}
+    if transition is BEGIN_MOVE:
+        return {"container_id": "", "status_detail": ""}
+    if transition is CANCEL_MOVE:
+        return {"stopped_at": Now(), "status_detail": reason[:2000]}
     return {}
 
 
 def create(
     pipeline: Pipeline,
+    host: DockerHost,
     scope_key: str,
     variables: dict[str, str],
     actor: Actor,
@@ -204,6 +220,7 @@ def create(
     with transaction.atomic():  # a savepoint: losing the race must not spoil the outer one
         sandbox = Sandbox.objects.create(
             pipeline=pipeline,
+            host=host,
             scope_key=scope_key,
             variables=variables,
             retention=retention,

@@ -27,6 +27,7 @@ from django.db import transaction
 log = logging.getLogger(__name__)
 
 FLEET = "fleet"
+HOSTS = "hosts"
 
 # The parts of a sandbox's page, each re-rendered when a change touches it: its status and
 # lease (also its fleet row), commands, events, processes (managed and background), shell
@@ -79,6 +80,13 @@ def changed(sandbox_id: object, pipeline_id: object = None, parts: Iterable[str]
         "id": uuid.uuid4().hex,
     }
     transaction.on_commit(lambda: _send([FLEET, sandbox_group(sandbox_id)], message), robust=True)
+
+
+def hosts_changed() -> None:
+    """Say that a Docker host changed (added, edited, drained, down or back), once the
+    transaction commits: the Hosts page and the fleet's host filter follow."""
+    message = {"type": "hosts.changed", "id": uuid.uuid4().hex}
+    transaction.on_commit(lambda: _send([HOSTS], message), robust=True)
 
 
 def sampled() -> None:

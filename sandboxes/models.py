@@ -8,6 +8,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from hosts.models import DockerHost, default_host_pk
 from pipelines.models import Pipeline, Retention
 
 
@@ -18,6 +19,7 @@ class State(models.TextChoices):
     STOPPING = "stopping", _("Stopping")
     STOPPED = "stopped", _("Stopped")
     UNKNOWN = "unknown", _("Unknown")
+    MOVING = "moving", _("Moving")
     DESTROYED = "destroyed", _("Destroyed")
 
 
@@ -37,6 +39,9 @@ ACTIVITY_GRANULARITY = timedelta(seconds=1)
 # States in which the (pipeline, scope key) pair is taken: at most one such row per pair.
 # A stopped sandbox keeps its key: the next open starts it again with its workspace.
 LIVE_STATES = [s for s in State.values if s != State.DESTROYED]
+# States that hold a quota slot and a place on a host: a stopped sandbox keeps its workspace
+# but no container.
+QUOTA_STATES = [State.CREATING, State.RUNNING, State.STOPPING, State.UNKNOWN]
 
 
 class SandboxQuerySet(models.QuerySet["Sandbox"]):
@@ -73,6 +78,13 @@ class Sandbox(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     pipeline = models.ForeignKey(Pipeline, on_delete=models.PROTECT, related_name="sandboxes")
+    host = models.ForeignKey(
+        DockerHost,
+        on_delete=models.PROTECT,
+        related_name="sandboxes",
+        default=default_host_pk,
+        help_text="The Docker host its container and workspace are on.",
+    )
     scope_key = models.CharField(max_length=512)
     variables = models.JSONField(default=dict, help_text="The variables of the opening request.")
     state = models.CharField(max_length=16, choices=State.choices, default=State.CREATING)
@@ -137,6 +149,8 @@ class Sandbox(models.Model):
             models.Index(fields=["pipeline", "pooled", "state"]),
             # The fleet page in its default order: newest first.
             models.Index(fields=["created_at", "id"]),
+            # Placement: what each host holds.
+            models.Index(fields=["host", "state"]),
         ]
 
     def __str__(self) -> str:
@@ -294,6 +308,9 @@ class Event(models.Model):
     )
     sandbox = models.ForeignKey(
         Sandbox, null=True, blank=True, on_delete=models.SET_NULL, related_name="events"
+    )
+    host = models.ForeignKey(
+        DockerHost, null=True, blank=True, on_delete=models.SET_NULL, related_name="events"
     )
     actor = models.CharField(max_length=200)
     action = models.CharField(max_length=64)

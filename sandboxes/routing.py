@@ -2,6 +2,7 @@ from collections.abc import Awaitable, Callable
 
 from django.urls import URLPattern, path
 
+from hosts.consumers import HostsConsumer
 from sandboxes import consumers
 
 
@@ -14,4 +15,6 @@ websocket_urlpatterns = [
     _consumer("ws/fleet/", consumers.FleetConsumer.as_asgi()),
     _consumer("ws/sandboxes/<uuid:sandbox_id>/", consumers.SandboxConsumer.as_asgi()),
     _consumer("ws/sandboxes/<uuid:sandbox_id>/terminal/", consumers.TerminalConsumer.as_asgi()),
+    _consumer("ws/hosts/", HostsConsumer.as_asgi()),
+    _consumer("ws/hosts/<slug:name>/", HostsConsumer.as_asgi()),
 ]

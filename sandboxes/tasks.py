@@ -13,21 +13,25 @@ from dataclasses import asdict
 from typing import Any
 
 from celery import shared_task
-from celery.signals import worker_ready, worker_shutdown
+from celery.signals import celeryd_after_setup, worker_ready, worker_shutdown
 from django.conf import settings
 
 from boxyard.actors import SYSTEM, Actor
 from boxyard.errors import RuntimeUnavailable
+from hosts.models import DockerHost
 from sandboxes.images import ensure_image
 from sandboxes.models import Sandbox, State, StopReason
+from sandboxes.runtime import get_runtime
 from sandboxes.services import close_sandbox
+from sandboxes.services.background import RECONCILE, later
 from sandboxes.services.jobs import run_exclusive
+from sandboxes.services.moving import move_all as move_everything
+from sandboxes.services.moving import move_sandbox
 from sandboxes.services.opening import boot as boot_sandbox
 from sandboxes.services.pool import refill_pools as refill_all_pools
 from sandboxes.services.reaping import reap_due
 from sandboxes.services.reconciling import reconcile as reconcile_all
 from sandboxes.services.sampling import sample_fleet as take_sample
-from sandboxes.services.watching import start_following, stop_following
 
 log = logging.getLogger(__name__)
 
@@ -76,9 +80,17 @@ def reap() -> dict[str, Any] | None:
 
 
 @shared_task(name="sandboxes.reconcile", acks_late=True, soft_time_limit=240, time_limit=270)
-def reconcile() -> dict[str, Any] | None:
-    """Bring rows and containers together (at worker start, then periodically)."""
-    done = run_exclusive("reconcile", reconcile_all)
+def reconcile(host: int | None = None) -> dict[str, Any] | None:
+    """Bring rows and containers together on every Docker host that answers (at worker
+    start, then periodically), or on one (`host`: it came back). With host queues, the pass
+    over every host is one task per host, in each host's queue."""
+    if host is None and settings.BOXYARD_HOST_QUEUES:
+        hosts = list(DockerHost.objects.values_list("pk", flat=True))
+        for each in hosts:
+            later(RECONCILE, each, host=each)
+        return {"hosts": len(hosts)}
+    name = f"reconcile:{host}" if host else "reconcile"
+    done = run_exclusive(name, lambda: reconcile_all(host=host))
     return asdict(done) if done is not None else None
 
 
@@ -95,10 +107,30 @@ def sample_fleet() -> int | None:
 
 
 @shared_task(name="sandboxes.build_image", acks_late=True, soft_time_limit=1800, time_limit=1860)
-def build_image(reference: str, rebuild: bool = False) -> str:
-    """Build (Boxyard's own recipes) or pull an image, with its progress in the worker's log;
-    returns what was done: present, built or pulled."""
-    return ensure_image(reference, rebuild=rebuild, progress=log.info)
+def build_image(reference: str, rebuild: bool = False, host: int | None = None) -> str:
+    """Build (Boxyard's own recipes) or pull an image on a Docker host's engine (else this
+    machine's), with its progress in the worker's log; returns what was done: present, built
+    or pulled."""
+    return ensure_image(reference, rebuild=rebuild, progress=log.info, runtime=get_runtime(host))
+
+
+@shared_task(
+    name="sandboxes.move", acks_late=True, soft_time_limit=3600, time_limit=3660, **_RETRY_ENGINE
+)
+def move(sandbox_id: str, target: int | None, actor: str) -> str | None:
+    """Move a sandbox to another Docker host (None: where placement puts it), as `actor`
+    asked; in its host's queue."""
+    sandbox = Sandbox.objects.select_related("pipeline", "host").filter(pk=sandbox_id).first()
+    if sandbox is None:
+        return None
+    to = DockerHost.objects.filter(pk=target).first() if target is not None else None
+    return move_sandbox(sandbox, to, Actor.parse(actor)).target
+
+
+@shared_task(name="sandboxes.move_all", acks_late=True, soft_time_limit=86400, time_limit=86460)
+def move_all(host: int, actor: str) -> int:
+    """Move every sandbox of a draining host elsewhere, one at a time."""
+    return len(move_everything(DockerHost.objects.get(pk=host), Actor.parse(actor)))
 
 
 @worker_ready.connect
@@ -106,13 +138,30 @@ def _reconcile_at_start(**_: Any) -> None:
     reconcile.delay()
 
 
+@celeryd_after_setup.connect
+def _consume_the_hosts_queues(sender: str, instance: Any, **_: Any) -> None:
+    """A worker consumes the queues of the Docker hosts it serves (BOXYARD_WORKER_HOSTS)
+    besides the default one; hosts added later are added by its keeper."""
+    from hosts.keeper import served_queues
+
+    queues = served_queues()
+    if queues:  # selecting any queue leaves out the default one unless it is selected too
+        instance.app.amqp.queues.select_add(settings.CELERY_TASK_DEFAULT_QUEUE)
+    for queue in queues:
+        instance.app.amqp.queues.select_add(queue)
+
+
 @worker_ready.connect
-def _follow_the_engine(**_: Any) -> None:
-    """A container that dies outside Boxyard is marked lost at once (the embedded worker
-    starts its follower itself: it sends no worker_ready)."""
-    start_following()
+def _keep_the_hosts(sender: Any = None, **_: Any) -> None:
+    """The served hosts' health checked, and a container that dies outside Boxyard marked
+    lost at once (the embedded worker starts its keeper itself: it sends no worker_ready)."""
+    from hosts.keeper import start_keeping  # hosts sits above the sandboxes' services
+
+    start_keeping(worker=getattr(sender, "hostname", None))
 
 
 @worker_shutdown.connect
-def _stop_following(**_: Any) -> None:
-    stop_following()
+def _stop_keeping(**_: Any) -> None:
+    from hosts.keeper import stop_keeping
+
+    stop_keeping()

@@ -16,7 +16,6 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase, Js
 from django.shortcuts import redirect, render
 from django.template.defaultfilters import filesizeformat
 from django.urls import reverse
-from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.views.decorators.http import (
     require_GET,
@@ -26,8 +25,9 @@ from django.views.decorators.http import (
 )
 
 from boxyard.errors import BoxyardError, NotFound, problem
-from boxyard.web import admin_actor, parse_int, staff_required
+from boxyard.web import admin_actor, parse_int, sent_from, staff_required
 from config.bodies import content_length, pieces
+from hosts.dashboard import host_names
 from pipelines.models import Pipeline
 from sandboxes import dashboard, metrics, selectors, services
 from sandboxes import fleet as fleet_view
@@ -50,6 +50,7 @@ def fleet(request: HttpRequest) -> HttpResponse:
         "totals": metrics.snapshot(write=False)["overall"],
         "charts": fleet_charts(chosen.pipeline),
         "pipelines": Pipeline.objects.order_by("slug").values_list("slug", flat=True),
+        "hosts": host_names(),
         "states": [state for state in State if state != State.DESTROYED],
     }
     return render(request, "sandboxes/fleet.html", context)
@@ -79,13 +80,13 @@ def sandbox_detail(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
     return render(request, "sandboxes/sandbox.html", context)
 
 
-_ACTIONS = ("takeover", "release", "renew", "restart", "reset", "destroy", "stop")
+_ACTIONS = ("takeover", "release", "renew", "restart", "reset", "move", "destroy", "stop")
 
 
 @staff_required
 @require_POST
 def sandbox_action(request: HttpRequest, sandbox_id: UUID, action: str) -> HttpResponse:
-    """Take over, release, renew, restart, reset, stop or destroy, as this admin."""
+    """Take over, release, renew, restart, reset, move, stop or destroy, as this admin."""
     if action not in _ACTIONS:
         raise Http404(f"no action {action}")
     sandbox = _sandbox(request, sandbox_id)
@@ -106,6 +107,15 @@ def sandbox_action(request: HttpRequest, sandbox_id: UUID, action: str) -> HttpR
         elif action == "restart":
             services.restart_sandbox(sandbox, actor)
             done = _("%(key)s started again; its workspace is as it was.") % {"key": key}
+        elif action == "move":
+            target = services.move_later(sandbox, request.POST.get("to") or None, actor)
+            done = (
+                _("%(key)s is moving to %(host)s; the page follows it.")
+                % {"key": key, "host": target}
+                if target
+                else _("%(key)s is moving to the host with most room; the page follows it.")
+                % {"key": key}
+            )
         elif action == "reset":
             reset = services.reset_sandbox(
                 sandbox, actor, reason=request.POST.get("reason", "")[:200], force=True
@@ -142,12 +152,7 @@ def sessions(request: HttpRequest) -> HttpResponse:
 
 def _back_to_fleet(request: HttpRequest) -> str:
     """The fleet view the form was sent from (`next`), if it is a page of this site."""
-    wanted = request.POST.get("next") or ""
-    if wanted and url_has_allowed_host_and_scheme(
-        wanted, allowed_hosts={request.get_host()}, require_https=request.is_secure()
-    ):
-        return wanted
-    return reverse("fleet")
+    return sent_from(request, reverse("fleet"))
 
 
 def _sandbox(request: HttpRequest, sandbox_id: object) -> Sandbox:

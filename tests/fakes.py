@@ -10,7 +10,7 @@ all the labels asked for; removing what is gone already is no error.
 import itertools
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -22,6 +22,7 @@ from sandboxes.runtime import (
     ContainerEvent,
     ContainerInfo,
     ContainerSpec,
+    EngineFacts,
     ExecResult,
     WorkspaceInfo,
 )
@@ -39,6 +40,16 @@ class FakeRuntime:
 
     def ping(self) -> None:
         pass
+
+    def engine_facts(self, timeout: float) -> EngineFacts:
+        return EngineFacts(version="fake", cpus=2, memory_bytes=2**31, images=[])
+
+    def read_workspace(self, volume: str, image: str) -> Iterator[bytes]:
+        return iter([b""])  # a fake workspace holds no files
+
+    def write_workspace(self, volume: str, image: str, archive: Iterable[bytes]) -> None:
+        for _chunk in archive:
+            pass
 
     def image_labels(self, image: str) -> dict[str, str] | None:
         return {LABEL_WORKSPACE_UID: settings.BOXYARD_SANDBOX_USER.split(":")[0]}

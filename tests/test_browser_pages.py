@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from hosts import services as hosts
 from pipelines.models import PipelineToken
 from sandboxes import services
 from sandboxes.services import Actor
@@ -25,7 +26,8 @@ SHOTS: dict[str, str] = {}
 @pytest.fixture
 def pages(alice: Any, server: Server, make_pipeline: Any) -> list[str]:
     """The dashboard's pages over real data: a running sandbox with commands and a file, a
-    stopped one, a pipeline with a token; made before the browser starts."""
+    stopped one, a pipeline with a token, a second Docker host that is draining (and, as
+    nothing answers at its address, soon down); made before the browser starts."""
     bot = Actor("bot", "support-bot")
     pipeline = make_pipeline(slug="support")
     PipelineToken.issue(pipeline, name="bot")
@@ -34,6 +36,8 @@ def pages(alice: Any, server: Server, make_pipeline: Any) -> list[str]:
     services.run_exec(running, services.clean_request(running, cmd="ls; false"), bot)
     stopped = services.open_sandbox(pipeline, {**CHAT, "launcher_id": "7"}, bot).sandbox
     services.close_sandbox(stopped, bot)
+    admin = Actor("admin", "alice")
+    hosts.drain(hosts.add_host(admin, "gone", url="tcp://gone.invalid:2376", cpus=4.0), admin)
     SHOTS.clear()
     SHOTS.update(
         {"/": "fleet", f"/sandboxes/{running.pk}/": "sandbox", "/pipelines/support/": "pipeline"}
@@ -47,6 +51,9 @@ def pages(alice: Any, server: Server, make_pipeline: Any) -> list[str]:
         "/pipelines/",
         "/pipelines/support/",
         "/pipelines/new",
+        "/hosts/",
+        "/hosts/gone/",
+        "/hosts/new",
     ]
 
 

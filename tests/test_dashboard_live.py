@@ -186,9 +186,11 @@ def test_the_pages_of_a_sandbox_share_one_reading_of_its_cpu_and_memory(
     pipeline, bot, docker_engine
 ) -> None:
     from sandboxes.consumers import usage
+    from sandboxes.runtime.agent import At
 
     sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
-    first, second = usage.watch(sandbox.container_id), usage.watch(sandbox.container_id)
+    at = At(sandbox.container_id, sandbox.host_id)
+    first, second = usage.watch(at), usage.watch(at)
     assert first is second and first.thread.is_alive()  # one stream for both pages
     deadline = time.monotonic() + 10
     while first.latest is None:
@@ -200,6 +202,6 @@ def test_the_pages_of_a_sandbox_share_one_reading_of_its_cpu_and_memory(
     usage.unwatch(second)
     first.thread.join(timeout=5)
     assert not first.thread.is_alive()  # the last page left: the stream ends
-    again = usage.watch(sandbox.container_id)
+    again = usage.watch(at)
     assert again is not first  # a new page starts a new one
     usage.unwatch(again)

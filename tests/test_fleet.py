@@ -12,6 +12,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from hosts.models import DockerHost
 from sandboxes import live
 from sandboxes.fleet import PAGE_SIZE, SORTS, FleetFilter, fleet_page
 from sandboxes.models import Lease, Sandbox, State
@@ -42,12 +43,15 @@ def make_sandboxes(pipelines: list[Any], count: int, start: int = 0) -> list[San
 @pytest.mark.django_db
 def test_a_filter_matches_a_loaded_sandbox_as_its_query_does(make_pipeline) -> None:
     made = make_sandboxes([make_pipeline(slug="support"), make_pipeline(slug="billing")], 12)
+    second = DockerHost.objects.create(name="second", url="tcp://second.invalid:2376")
+    Sandbox.objects.filter(pk__in=[sandbox.pk for sandbox in made[::3]]).update(host=second)
     prefix = made[4].pk.hex[:6]
-    sandboxes = list(Sandbox.objects.select_related("pipeline", "lease"))
+    sandboxes = list(Sandbox.objects.select_related("pipeline", "lease", "host"))
     filters = [
-        FleetFilter(pipeline=slug, state=state, text=text)
+        FleetFilter(pipeline=slug, state=state, host=host, text=text)
         for slug in ("", "support", "nobody")
         for state in ("live", "all", State.RUNNING, State.DESTROYED)
+        for host in ("", "local", "second")
         for text in ("", "group_1", "GROUP", "zzz", "alice-3", "zoë", "李", prefix, "0011")
     ]
     for chosen in filters:

@@ -16,6 +16,8 @@ from django.conf import settings
 from django.test import Client
 from django.utils import timezone
 
+from hosts import services as hosts
+from hosts.models import DockerHost
 from pipelines.models import PipelineToken
 from sandboxes import services
 from sandboxes.models import FleetSample
@@ -30,7 +32,7 @@ NAMES = {
     "stdio", "Bearer", "Remote", "http", "mcpServers", "data", "mcp_server", "json", "ID", "TTL",
     "PID", "PIDs", "shell", "tmp", "workspace", "skills", "Linux", "UTF", "LANG", "name", "cmd",
     "python3", "server", "py", "uuid", "task_id", "conversation_id", "bash", "sh", "python",
-    "Shell", "mcp", "truncated", "Alice", "Bob", "Authorization", "UTC",
+    "Shell", "mcp", "truncated", "Alice", "Bob", "Authorization", "UTC", "TLS", "PEM", "Docker",
 }  # fmt: skip
 PLACEHOLDER = re.compile(r"\{[^{}]*\}")  # {count}, {launcher_id}: filled in, or a template
 LATIN = re.compile(r"[A-Za-z][A-Za-z_]{2,}")
@@ -99,6 +101,15 @@ def pages(
     services.takeover_lease(running, Actor("admin", "alice"))
     stopped = services.open_sandbox(pipeline, {**CHAT, "launcher_id": "7"}, bot).sandbox
     services.close_sandbox(stopped, bot)
+    admin_alice = Actor("admin", "alice")
+    second = hosts.add_host(admin_alice, "second", url="tcp://second.invalid:2376", cpus=4.0)
+    hosts.edit_host(second, admin_alice, labels={"zone": "b"})
+    hosts.drain(second, admin_alice)
+    # Its health check reached it a minute ago, and not since: down, with the engine's error.
+    DockerHost.objects.filter(pk=second.pk).update(
+        last_seen_at=timezone.now() - timedelta(minutes=1)
+    )
+    hosts.unreachable(DockerHost.objects.get(pk=second.pk), ConnectionError("connection refused"))
     start = timezone.now() - timedelta(minutes=3)  # the charts, with every series named
     for minute in range(3):
         FleetSample.objects.create(
@@ -118,12 +129,16 @@ def pages(
         "/pipelines/",
         "/pipelines/support/",
         "/pipelines/new",
+        "/hosts/",
+        "/hosts/second/",
+        "/hosts/local/",
+        "/hosts/new",
     ]
     # What the pages show of the data: as it is in every language.
     data = [
         str(running.pk), str(stopped.pk), running.image, "admin:alice", "bot:support-bot",
         "support-bot", "group_123456", "group_7", "echo hi > notes.txt", "sleep 1; false",
-        "sleep 600", "notes.txt", "support", "tools", "build", "alice", "bot", token.prefix,
+        "sleep 600", "notes.txt", "support", "tools", "build", "alice", "bot", token.prefix, "second", "local",
     ]  # fmt: skip
     return admin, paths, sorted(data, key=len, reverse=True)
 

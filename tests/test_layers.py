@@ -11,12 +11,14 @@ ENTRY_POINTS = (
     "sandboxes.api", "sandboxes.views", "sandboxes.consumers", "sandboxes.tasks",
     "sandboxes.schemas", "sandboxes.admin", "sandboxes.management", "pipelines.views",
     "pipelines.api", "pipelines.admin", "pipelines.management", "config", "sandboxes.downloads",
-    "sandboxes.mcp",
+    "sandboxes.mcp", "hosts.views", "hosts.urls", "hosts.consumers", "hosts.admin",
+    "hosts.management", "hosts.keeper",
 )  # fmt: skip
-SERVICES = ("sandboxes.services", "pipelines.services", "sandboxes.images")
+SERVICES = ("sandboxes.services", "pipelines.services", "sandboxes.images", "hosts.services")
 CORE = (
     "sandboxes.models", "sandboxes.lifecycle", "sandboxes.guard", "sandboxes.events",
     "sandboxes.live", "sandboxes.runtime", "pipelines.models", "pipelines.scope", "boxyard",
+    "hosts.models", "hosts.engines",
 )  # fmt: skip
 
 
@@ -41,7 +43,7 @@ def _under(name: str, layers: tuple[str, ...]) -> bool:
 
 def _breaches(layer: tuple[str, ...], above: tuple[str, ...]) -> list[str]:
     breaches = []
-    for folder in ("boxyard", "pipelines", "sandboxes", "config"):
+    for folder in ("boxyard", "pipelines", "sandboxes", "config", "hosts"):
         for path in (REPO / folder).rglob("*.py"):
             module = _module(path)
             if "migrations" in path.parts or not _under(module, layer):

@@ -101,10 +101,10 @@ class SandboxConsumer(DashboardConsumer):
                 container = await database_sync_to_async(dashboard.running_container)(
                     self.sandbox_id
                 )
-                if follower is not None and follower.container != container:
+                if follower is not None and follower.at != container:
                     usage.unwatch(follower)
                     follower, previous = None, None
-                if follower is None and container:
+                if follower is None and container is not None:
                     follower = usage.watch(container)
                 reading = follower.latest if follower is not None else None
                 # Off the database's thread: the workspace's use is the agent's to say.

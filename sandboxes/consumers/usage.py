@@ -8,6 +8,7 @@ import threading
 from typing import Any
 
 from sandboxes.runtime import Usage, get_runtime
+from sandboxes.runtime.agent import At
 
 _followers: dict[str, "Follower"] = {}
 _lock = threading.Lock()
@@ -16,18 +17,19 @@ _lock = threading.Lock()
 class Follower:
     """The latest reading of one container, for as long as a page looks (`watchers`)."""
 
-    def __init__(self, container: str) -> None:
-        self.container = container
+    def __init__(self, at: At) -> None:
+        self.at = at
+        self.container = at.container_id
         self.latest: Usage | None = None
         self.watchers = 0
         self.stopped = threading.Event()
         self.thread = threading.Thread(
-            target=self.follow, name=f"usage-{container[:12]}", daemon=True
+            target=self.follow, name=f"usage-{self.container[:12]}", daemon=True
         )
 
     def follow(self) -> None:
         try:
-            for reading in get_runtime().follow_usage(self.container):
+            for reading in get_runtime(self.at.host_id).follow_usage(self.container):
                 self.latest = reading
                 if self.stopped.is_set():
                     return
@@ -40,12 +42,12 @@ class Follower:
                     del _followers[self.container]
 
 
-def watch(container: str) -> Follower:
-    """Follow `container` for one more page (a follower that ended is started again)."""
+def watch(at: At) -> Follower:
+    """Follow a container for one more page (a follower that ended is started again)."""
     with _lock:
-        follower = _followers.get(container)
+        follower = _followers.get(at.container_id)
         if follower is None or follower.stopped.is_set():
-            follower = _followers[container] = Follower(container)
+            follower = _followers[at.container_id] = Follower(at)
             follower.thread.start()
         follower.watchers += 1
         return follower

@@ -17,7 +17,7 @@ from django.conf import settings
 from boxyard.errors import RuntimeFailure, RuntimeUnavailable
 from sandboxes.images import busybox, debian
 from sandboxes.images.building import LABEL_RECIPE, Outcome, Progress, build_lock
-from sandboxes.runtime import get_runtime
+from sandboxes.runtime import Runtime, get_runtime
 
 __all__ = [
     "LABEL_RECIPE",
@@ -29,21 +29,28 @@ __all__ = [
 ]
 
 
-def ensure_image(reference: str, *, rebuild: bool = False, progress: Progress = print) -> Outcome:
-    """Make sure the engine has `reference`: keep it, build it (ours) or pull it (others)."""
-    runtime = get_runtime()
+def ensure_image(
+    reference: str,
+    *,
+    rebuild: bool = False,
+    progress: Progress = print,
+    runtime: Runtime | None = None,
+) -> Outcome:
+    """Make sure the engine (`runtime`'s, else this machine's) has `reference`: keep it,
+    build it (ours) or pull it (others)."""
+    runtime = runtime or get_runtime()
     recipe = _recipes().get(reference)
     if not rebuild and _is_current(runtime.image_labels(reference), recipe):
         return "present"
     if recipe is None:
-        return _pull(reference, progress)
+        return _pull(reference, progress, runtime)
     name, build = recipe
     with build_lock():
         # Another process may have built it while we waited for the lock.
         if not rebuild and _is_current(runtime.image_labels(reference), recipe):
             return "present"
         progress(f"Building {reference} (recipe {name})")
-        build(reference, progress)
+        build(reference, progress, runtime)
     return "built"
 
 
@@ -59,7 +66,7 @@ def build_default_image(reference: str, progress: Progress = print) -> None:
         debian.build(reference, progress)
 
 
-def _recipes() -> dict[str, tuple[str, Callable[[str, Progress], None]]]:
+def _recipes() -> dict[str, tuple[str, Callable[[str, Progress, Runtime], None]]]:
     return {
         settings.BOXYARD_TEST_IMAGE: (busybox.RECIPE, busybox.build),
         settings.BOXYARD_DEFAULT_IMAGE: (debian.RECIPE, debian.build),
@@ -74,10 +81,10 @@ def _is_current(labels: dict[str, str] | None, recipe: tuple[str, object] | None
     return recipe is None or recorded is None or recorded == recipe[0]
 
 
-def _pull(reference: str, progress: Progress) -> Outcome:
+def _pull(reference: str, progress: Progress, runtime: Runtime) -> Outcome:
     progress(f"Pulling {reference}")
     try:
-        get_runtime().pull(reference)
+        runtime.pull(reference)
     except (RuntimeFailure, RuntimeUnavailable) as exc:
         raise RuntimeFailure(
             f"Image {reference} is not in the Docker Engine and could not be pulled "

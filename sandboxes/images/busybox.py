@@ -16,7 +16,7 @@ from sandboxes.images.building import (
     megabytes,
     sandbox_ids,
 )
-from sandboxes.runtime import LABEL_WORKSPACE_UID, get_runtime
+from sandboxes.runtime import LABEL_WORKSPACE_UID, Runtime, get_runtime
 
 RECIPE = "busybox-1"
 HOST_BUSYBOX = Path("/bin/busybox")
@@ -24,7 +24,7 @@ HOST_BUSYBOX = Path("/bin/busybox")
 FIXED_MTIME = 1_700_000_000
 
 
-def build(reference: str, progress: Progress) -> None:
+def build(reference: str, progress: Progress, runtime: Runtime | None = None) -> None:
     uid, gid = sandbox_ids()
     busybox = _host_busybox()
     with build_dir("busybox-") as workdir:
@@ -32,7 +32,7 @@ def build(reference: str, progress: Progress) -> None:
         progress(f"Writing busybox root filesystem from {busybox}")
         _write_busybox_tar(tar_path, busybox, uid, gid)
         progress(f"Importing {reference} ({megabytes(tar_path)})")
-        get_runtime().import_image(tar_path, reference, _changes(uid, gid))
+        (runtime or get_runtime()).import_image(tar_path, reference, _changes(uid, gid))
 
 
 def _changes(uid: int, gid: int) -> list[str]:

@@ -23,7 +23,7 @@ from sandboxes.images.building import (
     tool_path,
     unmount_below,
 )
-from sandboxes.runtime import LABEL_WORKSPACE_UID, get_runtime
+from sandboxes.runtime import LABEL_WORKSPACE_UID, Runtime, get_runtime
 
 RECIPE = "debian-bookworm-1"
 DEBIAN_SUITE = "bookworm"
@@ -41,7 +41,7 @@ FALLBACK_MIRROR = "http://deb.debian.org/debian"
 MIRROR_ENV = "BOXYARD_DEBIAN_MIRROR"
 
 
-def build(reference: str, progress: Progress) -> None:
+def build(reference: str, progress: Progress, runtime: Runtime | None = None) -> None:
     uid, gid = sandbox_ids()
     if os.geteuid() != 0:
         raise RuntimeFailure(
@@ -62,7 +62,7 @@ def build(reference: str, progress: Progress) -> None:
         progress("Writing root filesystem tar")
         _write_tree_tar(rootfs, tar_path)
         progress(f"Importing {reference} ({megabytes(tar_path)})")
-        get_runtime().import_image(tar_path, reference, _changes(uid, gid))
+        (runtime or get_runtime()).import_image(tar_path, reference, _changes(uid, gid))
 
 
 def debian_mirror() -> str:

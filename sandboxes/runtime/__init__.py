@@ -128,8 +128,31 @@ class ExecResult:
         return self.stderr_bytes > len(self.stderr)
 
 
+@dataclass(frozen=True)
+class EngineFacts:
+    """What a Docker host's engine says of itself: the health check's reading."""
+
+    version: str
+    cpus: int
+    memory_bytes: int
+    images: list[str]  # the tags it holds
+
+
 class Runtime(Protocol):
     def ping(self) -> None: ...
+
+    def engine_facts(self, timeout: float) -> EngineFacts:
+        """The engine's version, CPUs, memory and image tags, within `timeout` seconds."""
+        ...
+
+    # a workspace carried to another engine
+    def read_workspace(self, volume: str, image: str) -> Iterator[bytes]:
+        """The volume's content as a tar stream, its entries under `carry/`."""
+        ...
+
+    def write_workspace(self, volume: str, image: str, archive: Iterable[bytes]) -> None:
+        """Write a `read_workspace` stream into the volume (made already)."""
+        ...
 
     # images
     def image_labels(self, image: str) -> dict[str, str] | None:
@@ -328,7 +351,9 @@ class EventStream(Protocol):
 
 
 @cache
-def _docker_runtime() -> Runtime:
+def machine_runtime() -> Runtime:
+    """This machine's engine, as BOXYARD_DOCKER_HOST (or DOCKER_HOST) says: the default
+    Docker host's, and the one image builds without a host go to."""
     from sandboxes.runtime.docker import DockerRuntime
 
     return DockerRuntime(base_url=settings.BOXYARD_DOCKER_HOST or None)
@@ -337,11 +362,32 @@ def _docker_runtime() -> Runtime:
 _override: Runtime | None = None
 
 
-def get_runtime() -> Runtime:
-    return _override if _override is not None else _docker_runtime()
+class OnHost(Protocol):
+    """Anything on a Docker host: a sandbox (its `host_id`)."""
+
+    @property
+    def host_id(self) -> int | None: ...
+
+
+def get_runtime(host: int | None = None) -> Runtime:
+    """The engine of the Docker host `host` (its id), or this machine's (None). Raises
+    HostUnavailable when the host is marked down."""
+    if _override is not None:
+        return _override
+    if host is None:
+        return machine_runtime()
+    from hosts.engines import runtime_for  # hosts reads its rows; the runtime needs none
+
+    return runtime_for(host)
+
+
+def runtime_of(placed: OnHost) -> Runtime:
+    """The engine of the host a sandbox is on."""
+    return get_runtime(placed.host_id)
 
 
 def set_runtime(runtime: Runtime | None) -> None:
-    """Swap the runtime (tests with a fake); None restores the Docker Engine."""
+    """Swap the runtime of every host (tests with a fake, or with another engine); None
+    restores the Docker hosts' own."""
     global _override
     _override = runtime

@@ -13,10 +13,11 @@ import json
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from django.conf import settings
 
@@ -31,7 +32,7 @@ from boxyard.errors import (
     NotFound,
     RuntimeFailure,
 )
-from sandboxes.runtime import AGENT_PATH, ROOT, get_runtime
+from sandboxes.runtime import AGENT_PATH, ROOT, Runtime, get_runtime
 from sandboxes.runtime.streams import LineBuffer, LineTooLong
 
 log = logging.getLogger(__name__)
@@ -70,7 +71,7 @@ class _Pending:
 class AgentChannel:
     """One open bridge to the agent of one container."""
 
-    def __init__(self, container: str, user: str | None = None) -> None:
+    def __init__(self, container: str, runtime: Runtime, user: str | None = None) -> None:
         self.container = container
         self.pid = os.getpid()
         self._ids = itertools.count(1)
@@ -80,7 +81,7 @@ class AgentChannel:
         self._stderr = bytearray()
         self.closed = False
         self.version = 0  # the protocol version the agent answers to ping (once opened)
-        self._duplex = get_runtime().attach(container, [AGENT_PATH, "bridge"], user=user)
+        self._duplex = runtime.attach(container, [AGENT_PATH, "bridge"], user=user)
         self._reader = threading.Thread(
             target=self._read, name=f"agent-{container[:12]}", daemon=True
         )
@@ -222,13 +223,33 @@ class AgentChannel:
         self._duplex.close()
 
 
+class Placed(Protocol):
+    """A container and the Docker host it is on (a sandbox is one: its current container)."""
+
+    @property
+    def container_id(self) -> str: ...
+
+    @property
+    def host_id(self) -> int | None: ...
+
+
+@dataclass(frozen=True)
+class At:
+    """A container named by id on a host (None: this machine's engine)."""
+
+    container_id: str
+    host_id: int | None = None
+
+
 _channels: dict[str, AgentChannel] = {}
 _opening: dict[str, threading.Lock] = {}
 _registry = threading.Lock()
 
 
-def channel(container: str) -> AgentChannel:
-    """This process's open channel to a container's agent, opened (and checked) if needed."""
+def channel(placed: Placed) -> AgentChannel:
+    """This process's open channel to a container's agent, opened (and checked) if needed,
+    through the engine of the container's host."""
+    container = placed.container_id
     with _registry:
         current = _channels.get(container)
         if current is not None and not current.closed and current.pid == os.getpid():
@@ -239,22 +260,22 @@ def channel(container: str) -> AgentChannel:
             current = _channels.get(container)
             if current is not None and not current.closed and current.pid == os.getpid():
                 return current
-        fresh = _open(container)
+        fresh = _open(container, get_runtime(placed.host_id))
         with _registry:
             _channels[container] = fresh
         return fresh
 
 
-def _open(container: str) -> AgentChannel:
+def _open(container: str, runtime: Runtime) -> AgentChannel:
     # The agent of today is the container's main process, as root, and its bridge runs as
     # root too; an agent of before ran as the sandbox user, started by its first bridge, which
     # must then be the sandbox user's (a bridge of root's would start it as root). A daemon
     # still starting, or a volume written a moment ago, can fail once: one retry covers both.
-    info = get_runtime().inspect_container(container)
+    info = runtime.inspect_container(container)
     user = ROOT if info is not None and info.user == ROOT else None
     last: BaseException | None = None
     for _ in range(2):
-        fresh = AgentChannel(container, user)
+        fresh = AgentChannel(container, runtime, user)
         try:
             answer = fresh.call("ping", deadline=10)
             version = answer.get("version")
@@ -274,20 +295,23 @@ def is_open(container: str) -> bool:
     return current is not None and not current.closed and current.pid == os.getpid()
 
 
-def prepare(container: str) -> None:
+def prepare(placed: Placed) -> None:
     """Open this process's channel to a container's agent in the background, so that the
     sandbox's first command finds it open (opening costs about one engine exec). Best effort:
     if it fails, the first command opens it again and says why."""
+    at = At(placed.container_id, placed.host_id)
 
     def open_quietly() -> None:
         try:
-            channel(container)
+            channel(at)
         except BoxyardError:
             pass
         except Exception:
-            log.exception("opening the agent channel to %s failed", container[:12])
+            log.exception("opening the agent channel to %s failed", at.container_id[:12])
 
-    threading.Thread(target=open_quietly, name=f"agent-open-{container[:12]}", daemon=True).start()
+    threading.Thread(
+        target=open_quietly, name=f"agent-open-{at.container_id[:12]}", daemon=True
+    ).start()
 
 
 def forget(container: str) -> None:
@@ -309,7 +333,18 @@ class AgentBuild:
 
 
 _build_cache: dict[tuple[str, float], AgentBuild] = {}
-_volumes: dict[tuple[int, str], str] = {}
+# The agent's volume on each engine, by the runtime object and the agent's digest. Kept by the
+# object's id with a weak reference to it: a new runtime that gets the id of one dropped (an
+# engine whose connection settings changed) does not inherit its volumes.
+_volumes: dict[int, tuple["weakref.ref[Runtime]", dict[str, str]]] = {}
+
+
+def _volumes_of(runtime: Runtime) -> dict[str, str]:
+    """The agent volumes known on `runtime`'s engine (call holding _registry)."""
+    known = _volumes.get(id(runtime))
+    if known is None or known[0]() is not runtime:
+        known = _volumes[id(runtime)] = (weakref.ref(runtime), {})
+    return known[1]
 
 
 def agent_build() -> AgentBuild | None:
@@ -326,17 +361,16 @@ def agent_build() -> AgentBuild | None:
     return _build_cache[key]
 
 
-def agent_volume(image: str) -> tuple[str, str] | None:
-    """(volume name, digest) of the agent for new containers, or None without an agent."""
+def agent_volume(image: str, runtime: Runtime) -> tuple[str, str] | None:
+    """(volume name, digest) of the agent for new containers on `runtime`'s engine, or None
+    without an agent."""
     build = agent_build()
     if build is None:
         return None
-    runtime = get_runtime()
-    key = (id(runtime), build.digest)  # per engine: a volume of one is not on another
-    with _registry:
-        name = _volumes.get(key)
+    with _registry:  # per engine: a volume of one is not on another
+        name = _volumes_of(runtime).get(build.digest)
     if name is None:
         name = runtime.ensure_agent(image, build.content, build.digest)
         with _registry:
-            _volumes[key] = name
+            _volumes_of(runtime)[build.digest] = name
     return name, build.digest

@@ -39,6 +39,7 @@ from sandboxes.services.files import (
     write_file,
 )
 from sandboxes.services.leases import keep_alive, release_lease, renew_lease, takeover_lease
+from sandboxes.services.moving import Moved, move_all, move_all_later, move_later, move_sandbox
 from sandboxes.services.opening import Opened, boot, open_sandbox, restart_sandbox
 from sandboxes.services.processes import (
     follow_output,
@@ -58,6 +59,7 @@ __all__ = [
     "Actor",
     "ExecRequest",
     "ExecWatch",
+    "Moved",
     "Opened",
     "ResetResult",
     "RunResult",
@@ -84,6 +86,10 @@ __all__ = [
     "list_files",
     "list_processes",
     "list_sessions",
+    "move_all",
+    "move_all_later",
+    "move_later",
+    "move_sandbox",
     "open_archive",
     "open_file_stream",
     "open_sandbox",

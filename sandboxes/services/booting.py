@@ -10,7 +10,7 @@ from boxyard.actors import Actor
 from boxyard.errors import RuntimeFailure
 from sandboxes import events, lifecycle, metrics
 from sandboxes.models import Sandbox, State
-from sandboxes.runtime import agent, get_runtime
+from sandboxes.runtime import agent, runtime_of
 from sandboxes.services import containers, processes
 from sandboxes.services.background import BOOT, later
 
@@ -31,13 +31,13 @@ def ready(
                 events.record(actor, "sandbox.health_failed", sandbox=sandbox, container=old_name)
         if restarted:
             metrics.count("boxyard_health_check_failures_total", sandbox.pipeline.slug)
-            containers.remove_replaced(old_container)
+            containers.remove_replaced(old_container, sandbox.host_id)
         # else another open restarted it meanwhile: it is read again, and started below if
         # it still waits for its container (starting is idempotent: both converge).
     if sandbox.state not in (State.CREATING, State.UNKNOWN):
         return sandbox
     if background:
-        later(BOOT, str(sandbox.pk), sandbox.generation)
+        later(BOOT, str(sandbox.pk), sandbox.generation, host=sandbox.host_id)
         return sandbox
     return start(sandbox, actor)
 
@@ -48,7 +48,7 @@ def start(sandbox: Sandbox, actor: Actor, *, ready_agent: bool = True) -> Sandbo
     sandbox = containers.provision(sandbox, actor)
     processes.start_after_boot(sandbox)
     if ready_agent and sandbox.state == State.RUNNING and sandbox.agent:
-        agent.prepare(sandbox.container_id)
+        agent.prepare(sandbox)
     return sandbox
 
 
@@ -59,9 +59,9 @@ def _answers(sandbox: Sandbox) -> bool:
     answer either way: its RuntimeUnavailable goes to the caller."""
     if sandbox.agent and agent.is_open(sandbox.container_id):
         try:
-            agent.channel(sandbox.container_id).call("ping", deadline=2)
+            agent.channel(sandbox).call("ping", deadline=2)
             return True
         except RuntimeFailure:
             pass
-    info = get_runtime().inspect_container(sandbox.container_id)
+    info = runtime_of(sandbox).inspect_container(sandbox.container_id)
     return info is not None and info.running

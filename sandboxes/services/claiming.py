@@ -91,6 +91,11 @@ def _find_or_make(
             raise InvalidState(
                 N_("the sandbox is stopping; open it again in a moment"), state=existing.state
             )
+        if existing.state == State.MOVING:
+            raise InvalidState(
+                N_("the sandbox is moving to another Docker host; open it again in a moment"),
+                state=existing.state,
+            )
         if existing.state in (State.STOPPED, State.ERROR):
             check_quota(pipeline)  # a stopped or failed sandbox holds no slot until it starts
             lifecycle.move(existing, lifecycle.RESTART, actor)

@@ -91,8 +91,8 @@ def close_later(
     found = list(
         Sandbox.objects.filter(pk__in=sandbox_ids)
         .exclude(state=State.DESTROYED)
-        .values_list("pk", flat=True)
+        .values_list("pk", "host_id")
     )
-    for sandbox_id in found:
-        later(DESTROY, str(sandbox_id), delete_workspace, reason, str(actor))
+    for sandbox_id, host in found:
+        later(DESTROY, str(sandbox_id), delete_workspace, reason, str(actor), host=host)
     return len(found)

@@ -18,7 +18,7 @@ from boxyard.errors import (
 )
 from sandboxes import lifecycle
 from sandboxes.models import Sandbox, State, StopReason
-from sandboxes.runtime import LABEL_AGENT, Runtime, get_runtime
+from sandboxes.runtime import LABEL_AGENT, Runtime, get_runtime, runtime_of
 from sandboxes.runtime.agent import agent_volume, forget
 from sandboxes.services import specs
 
@@ -31,7 +31,7 @@ def provision(sandbox: Sandbox, actor: Actor = SYSTEM) -> Sandbox:
     trouble (RuntimeUnavailable) leaves the row in `creating` for a retry; anything else puts
     it in `error` with the reason.
     """
-    runtime = get_runtime()
+    runtime = runtime_of(sandbox)
     try:
         specs.check_image(sandbox.image)
         image_labels = _image_labels(runtime, sandbox.image)
@@ -41,7 +41,7 @@ def provision(sandbox: Sandbox, actor: Actor = SYSTEM) -> Sandbox:
         spec = specs.build_spec(
             sandbox,
             image_labels,
-            agent_volume(sandbox.image),
+            agent_volume(sandbox.image, runtime),
             disk=workspace.limit_bytes is not None,
         )
         chaos.point("create:volume")
@@ -90,7 +90,7 @@ def _image_labels(runtime: Runtime, image: str) -> dict[str, str]:
 
 def remove(sandbox: Sandbox, *, delete_workspace: bool) -> None:
     """Remove the container of the current generation (and the workspace if asked)."""
-    runtime = get_runtime()
+    runtime = runtime_of(sandbox)
     if sandbox.container_id:
         forget(sandbox.container_id)
     # By id when it was recorded as running; else by its name, which a create that never got
@@ -101,14 +101,14 @@ def remove(sandbox: Sandbox, *, delete_workspace: bool) -> None:
         runtime.remove_workspace(sandbox.volume_name)
 
 
-def remove_replaced(container: str) -> None:
-    """Remove the container of a generation a restart just replaced; if the engine refuses
-    now, it is a stale generation the reconciler removes."""
+def remove_replaced(container: str, host: int | None) -> None:
+    """Remove the container of a generation a restart just replaced (on Docker host `host`);
+    if the engine refuses now, it is a stale generation the reconciler removes."""
     if not container:
         return
     forget(container)
     try:
-        get_runtime().remove_container(container)
+        get_runtime(host).remove_container(container)
     except BoxyardError:
         pass
 

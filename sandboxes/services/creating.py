@@ -6,11 +6,8 @@ from boxyard.actors import Actor
 from boxyard.errors import N_, QuotaExceeded
 from pipelines.models import Pipeline
 from sandboxes import lifecycle
-from sandboxes.models import Sandbox, State
-from sandboxes.services import specs
-
-# States that hold a quota slot: a stopped sandbox keeps its workspace but no container.
-QUOTA_STATES = [State.CREATING, State.RUNNING, State.STOPPING, State.UNKNOWN]
+from sandboxes.models import QUOTA_STATES, Sandbox
+from sandboxes.services import placing, specs
 
 
 def create_row(
@@ -26,16 +23,20 @@ def create_row(
 ) -> Sandbox:
     """Record a new sandbox (state creating) with its free lease, within the quotas.
 
-    Call inside a transaction. Raises QuotaExceeded, and IntegrityError when the key already
-    has a live sandbox (after rolling back only its own savepoint).
+    Call inside a transaction. Raises QuotaExceeded, NoRoom (no Docker host can take it), and
+    IntegrityError when the key already has a live sandbox (after rolling back only its own
+    savepoint).
     """
     # Lock the pipeline so concurrent creates of different keys count the quota in turn.
     Pipeline.objects.select_for_update(no_key=True).filter(pk=pipeline.pk).first()
     check_quota(pipeline)
     if pooled:
         detail["pooled"] = True
+    host = placing.place(pipeline)  # locks the hosts until the row is made
+    detail["host"] = host.name
     return lifecycle.create(
         pipeline,
+        host,
         scope_key,
         variables,
         actor,

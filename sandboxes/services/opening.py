@@ -78,5 +78,5 @@ def restart_sandbox(sandbox: Sandbox, actor: Actor) -> Sandbox:
         locked = acting.sandbox
         old_container = locked.container_id
         lifecycle.move(locked, lifecycle.RESTART, actor, reason="restarted by an admin")
-    containers.remove_replaced(old_container)
+    containers.remove_replaced(old_container, locked.host_id)
     return booting.start(locked, actor)

@@ -16,12 +16,13 @@ from django.db import transaction
 from django.db.models import Q
 
 from boxyard.actors import SYSTEM, Actor
-from boxyard.errors import BoxyardError, QuotaExceeded
+from boxyard.errors import BoxyardError, NoRoom, QuotaExceeded
+from hosts.models import HostState
 from pipelines.models import Pipeline
 from sandboxes import events
 from sandboxes.models import Sandbox, State, StopReason
 from sandboxes.services import specs
-from sandboxes.services.background import REFILL_POOLS, later
+from sandboxes.services.background import BOOT, REFILL_POOLS, later
 from sandboxes.services.booting import start
 from sandboxes.services.closing import begin_stop, finish_stop
 from sandboxes.services.creating import create_row
@@ -47,6 +48,9 @@ def claim(
             pooled=True,
             state=State.RUNNING,
             profile=profile,
+            # On a host that takes new sandboxes: not one that is down or being drained.
+            host__state=HostState.ACTIVE,
+            host__down_since__isnull=True,
         )
         .order_by("created_at")
         .first()
@@ -102,9 +106,13 @@ def refill(pipeline: Pipeline) -> int:
     for _ in range(max(missing, 0)):
         try:
             sandbox = _pool_row(pipeline, profile)
-        except QuotaExceeded as error:
-            log.info("the pool of %s stops at a quota: %s", pipeline.slug, error)
+        except (QuotaExceeded, NoRoom) as error:
+            log.info("the pool of %s stops at a quota or its hosts' room: %s", pipeline.slug, error)
             break
+        if settings.BOXYARD_HOST_QUEUES:  # booted by a worker of its host
+            later(BOOT, str(sandbox.pk), sandbox.generation, host=sandbox.host_id)
+            started += 1
+            continue
         sandbox = start(sandbox, SYSTEM, ready_agent=settings.BOXYARD_EMBEDDED_WORKER)
         started += sandbox.state == State.RUNNING
     return started

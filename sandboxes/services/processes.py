@@ -53,7 +53,7 @@ def start_declared(sandbox: Sandbox, agent: AgentChannel | None = None) -> list[
     payloads = {name: _start_payload(process) for name, process in _declared(sandbox).items()}
     if not payloads or not sandbox.agent:
         return []
-    agent = agent or channel(sandbox.container_id)
+    agent = agent or channel(sandbox)
     running = _live(agent)
     return [
         agent.call("process.start", **payload)
@@ -92,7 +92,7 @@ def _agent_for(sandbox: Sandbox, operation: Message) -> AgentChannel:
         raise InvalidInput(
             "process", N_("this sandbox runs without the agent, so it has no processes")
         )
-    return channel(sandbox.container_id)
+    return channel(sandbox)
 
 
 def _render(info: dict[str, Any], declared: dict[str, Any]) -> dict[str, Any]:
@@ -124,7 +124,7 @@ def read_processes(sandbox: Sandbox) -> list[dict[str, Any]]:
         return []
     if sandbox.state != State.RUNNING or not sandbox.agent:
         return [_render({"state": "stopped"}, process) for process in declared.values()]
-    live = _live(channel(sandbox.container_id))
+    live = _live(channel(sandbox))
     return [
         _render(live.get(name, {"state": "stopped"}), process) for name, process in declared.items()
     ]

@@ -16,6 +16,7 @@ operation may be in flight on it.
 | unknown | g, running | adopted: running |
 | creating (beyond the grace period) | whatever | booted again: the same deterministic name, so it adopts a container made before a crash |
 | stopping (beyond the grace period) | whatever | the stop is finished, as it was meant |
+| moving (beyond the grace period) | whatever | the move is cancelled: stopped where its workspace is (a copy half made on the other host is reported, kept) |
 | stopped or error | g | remove it |
 
 A workspace volume is removed only when its sandbox's row says destroyed: a volume without
@@ -31,7 +32,8 @@ from django.conf import settings
 from django.utils import timezone
 
 from boxyard.actors import SYSTEM
-from boxyard.errors import BoxyardError
+from boxyard.errors import BoxyardError, RuntimeUnavailable
+from hosts.models import DockerHost
 from sandboxes import lifecycle
 from sandboxes.models import Sandbox, State
 from sandboxes.runtime import (
@@ -39,6 +41,7 @@ from sandboxes.runtime import (
     LABEL_ROLE,
     LABEL_SANDBOX,
     ContainerInfo,
+    Runtime,
     get_runtime,
     labels_for,
 )
@@ -61,6 +64,9 @@ class Reconciled:
     containers_removed: list[str] = field(default_factory=list)
     volumes_removed: list[str] = field(default_factory=list)
     volumes_without_row: list[str] = field(default_factory=list)
+    volumes_elsewhere: list[str] = field(default_factory=list)  # of a sandbox on another host
+    moves_cancelled: list[str] = field(default_factory=list)
+    hosts_skipped: list[str] = field(default_factory=list)  # did not answer
     disks_removed: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
 
@@ -71,6 +77,7 @@ class Reconciled:
                 self.lost,
                 self.booted,
                 self.stops_finished,
+                self.moves_cancelled,
                 self.containers_removed,
                 self.volumes_removed,
                 self.disks_removed,
@@ -78,13 +85,26 @@ class Reconciled:
         )
 
 
-def reconcile(grace_seconds: float | None = None) -> Reconciled:
-    """One pass over every container and live row of this deployment."""
+def reconcile(grace_seconds: float | None = None, host: int | None = None) -> Reconciled:
+    """One pass over every container and live row of this deployment, host by host (or on
+    Docker host `host` alone). A host that does not answer is skipped: its rows are left as
+    they are until it comes back (a sandbox is never taken for lost because its host is)."""
     grace = timedelta(
         seconds=settings.BOXYARD_RECONCILE_GRACE_SECONDS if grace_seconds is None else grace_seconds
     )
-    runtime = get_runtime()
     done = Reconciled()
+    hosts = [host] if host is not None else list(DockerHost.objects.values_list("pk", flat=True))
+    for host_id in hosts:
+        try:
+            _reconcile_host(host_id, grace, done)
+        except RuntimeUnavailable as error:
+            log.warning("reconciling Docker host %s skipped: %s", host_id, error)
+            done.hosts_skipped.append(str(host_id))
+    return done
+
+
+def _reconcile_host(host: int, grace: timedelta, done: Reconciled) -> None:
+    runtime = get_runtime(host)
     now = timezone.now()
     # Containers first, rows second: a container made between the two reads has a row that
     # is already there, where the other order could see a row's container as missing.
@@ -101,49 +121,55 @@ def reconcile(grace_seconds: float | None = None) -> Reconciled:
     rows = {
         str(row.pk): row
         for row in Sandbox.objects.select_related("pipeline").filter(
-            pk__in=[_uuid(key) for key in by_sandbox if _uuid(key)]
+            pk__in=[_uuid(key) for key in by_sandbox if _uuid(key)], host=host
         )
     }
-    for row in Sandbox.objects.select_related("pipeline").exclude(
-        state__in=[State.DESTROYED, State.STOPPED]
+    for row in (
+        Sandbox.objects.select_related("pipeline")
+        .filter(host=host)
+        .exclude(state__in=[State.DESTROYED, State.STOPPED])
     ):
         rows.setdefault(str(row.pk), row)
 
     for sandbox_id, row in rows.items():
         try:
-            _reconcile_sandbox(row, by_sandbox.pop(sandbox_id, []), grace, now, done)
+            _reconcile_sandbox(runtime, row, by_sandbox.pop(sandbox_id, []), grace, now, done)
         except BoxyardError as error:
             log.warning("reconciling sandbox %s failed: %s", sandbox_id, error)
             done.failed.append(sandbox_id)
-    for unclaimed in by_sandbox.values():  # containers of no row at all
+    for unclaimed in by_sandbox.values():  # containers of no row on this host
         leftovers.extend(unclaimed)
     for info in leftovers:
         if _older_than(info.created_at, grace, now):
             try:
-                _remove_container(info, done)
+                _remove_container(runtime, info, done)
             except BoxyardError as error:
                 log.warning("removing container %s failed: %s", info.name, error)
                 done.failed.append(info.name)
-    _reconcile_volumes(done)
+    _reconcile_volumes(runtime, host, done)
     try:
-        done.disks_removed = runtime.remove_orphan_disks(grace.total_seconds())
+        done.disks_removed += runtime.remove_orphan_disks(grace.total_seconds())
     except BoxyardError as error:
         log.warning("removing workspace disks left behind failed: %s", error)
-    return done
 
 
 def _reconcile_sandbox(
-    row: Sandbox, found: list[ContainerInfo], grace: timedelta, now: datetime, done: Reconciled
+    runtime: Runtime,
+    row: Sandbox,
+    found: list[ContainerInfo],
+    grace: timedelta,
+    now: datetime,
+    done: Reconciled,
 ) -> None:
     current = [info for info in found if info.labels.get(LABEL_GENERATION) == str(row.generation)]
     for info in found:
         if info not in current and _older_than(info.created_at, grace, now):
-            _remove_container(info, done)  # a stale generation
+            _remove_container(runtime, info, done)  # a stale generation
 
     settled = _older_than(row.updated_at, grace, now)
     if row.state == State.DESTROYED:
         for info in current:
-            _remove_container(info, done)
+            _remove_container(runtime, info, done)
     elif row.state == State.CREATING:
         if settled:
             _boot_again(row, done)
@@ -151,20 +177,24 @@ def _reconcile_sandbox(
         if settled:
             finish_stop(row, SYSTEM)
             done.stops_finished.append(str(row.pk))
+    elif row.state == State.MOVING:
+        if settled:  # its mover is gone: the sandbox stays where its workspace is, stopped
+            lifecycle.move(row, lifecycle.CANCEL_MOVE, SYSTEM, reason="the move was interrupted")
+            done.moves_cancelled.append(str(row.pk))
     elif row.state in (State.STOPPED, State.ERROR):
         for info in current:
             if _older_than(info.created_at, grace, now):
-                _remove_container(info, done)
+                _remove_container(runtime, info, done)
     else:  # running or unknown
         running = [info for info in current if info.running]
         if running:
             if row.state == State.UNKNOWN or row.container_id != running[0].id:
                 _adopt(row, running[0], done)
             for extra in running[1:] + [info for info in current if not info.running]:
-                _remove_container(extra, done)
+                _remove_container(runtime, extra, done)
         elif settled:  # else an open may be making its container right now
             for info in current:
-                _remove_container(info, done)
+                _remove_container(runtime, info, done)
             _mark_lost(row, done)
 
 
@@ -186,20 +216,24 @@ def _mark_lost(row: Sandbox, done: Reconciled) -> None:
         done.lost.append(str(row.pk))
 
 
-def _reconcile_volumes(done: Reconciled) -> None:
-    runtime = get_runtime()
+def _reconcile_volumes(runtime: Runtime, host: int, done: Reconciled) -> None:
     names = [
         name
         for name in runtime.list_volumes(labels_for())
         if name.startswith(lifecycle.VOLUME_PREFIX)
     ]
     ids = {name: _uuid(name.removeprefix(lifecycle.VOLUME_PREFIX)) for name in names}
-    states = dict(
-        Sandbox.objects.filter(pk__in=[i for i in ids.values() if i]).values_list("pk", "state")
-    )
+    rows = {
+        pk: (state, on)
+        for pk, state, on in Sandbox.objects.filter(
+            pk__in=[i for i in ids.values() if i]
+        ).values_list("pk", "state", "host_id")
+    }
     for name, sandbox_id in ids.items():
-        state = states.get(sandbox_id) if sandbox_id else None
-        if state == State.DESTROYED:
+        state, on = rows.get(sandbox_id, (None, None)) if sandbox_id else (None, None)
+        if state is not None and on != host:
+            done.volumes_elsewhere.append(name)  # a copy left by a move: reported, kept
+        elif state == State.DESTROYED:
             try:
                 runtime.remove_volume(name)
             except BoxyardError as error:  # still in use by a container removed next pass
@@ -211,9 +245,9 @@ def _reconcile_volumes(done: Reconciled) -> None:
             done.volumes_without_row.append(name)
 
 
-def _remove_container(info: ContainerInfo, done: Reconciled) -> None:
+def _remove_container(runtime: Runtime, info: ContainerInfo, done: Reconciled) -> None:
     forget(info.id)
-    get_runtime().remove_container(info.id)
+    runtime.remove_container(info.id)
     done.containers_removed.append(info.name)
 
 

@@ -14,7 +14,7 @@ from boxyard.errors import N_, BoxyardError, InvalidInput, InvalidState
 from sandboxes import events
 from sandboxes.guard import acting_on
 from sandboxes.models import Sandbox
-from sandboxes.runtime import get_runtime
+from sandboxes.runtime import runtime_of
 from sandboxes.runtime.agent import CONTAINED_SINCE_VERSION, AgentChannel, channel
 from sandboxes.services import processes
 
@@ -111,13 +111,13 @@ def _agent(sandbox: Sandbox) -> AgentChannel:
             N_("this sandbox runs without the agent: restart it instead (its workspace is kept)")
         )
     try:
-        return channel(sandbox.container_id)  # the open one, or one opened now
+        return channel(sandbox)  # the open one, or one opened now
     except BoxyardError as error:
         log.info("opening the agent of %s failed (%s); making room to reset it", sandbox.pk, error)
-    runtime = get_runtime()
+    runtime = runtime_of(sandbox)
     limit = sandbox.pipeline.pids_limit
     runtime.set_pids_limit(sandbox.container_id, limit + _HEADROOM_PIDS)
     try:
-        return channel(sandbox.container_id)
+        return channel(sandbox)
     finally:
         runtime.set_pids_limit(sandbox.container_id, limit)

@@ -55,7 +55,7 @@ def create_session(
             raise Conflict(N_("session %(name)r already exists", name=name), session=name) from None
         events.record(actor, "session.created", sandbox=sandbox, session=name, cwd=start_cwd)
     try:
-        live = channel(sandbox.container_id).call(
+        live = channel(sandbox).call(
             "session.ensure", session=name, init={"cwd": start_cwd, "env": start_env}
         )
     except BoxyardError:
@@ -73,7 +73,7 @@ def list_sessions(sandbox: Sandbox) -> list[dict[str, Any]]:
     live: dict[str, dict[str, Any]] = {}
     if sandbox.agent and sandbox.state == State.RUNNING:
         try:
-            answer = channel(sandbox.container_id).call("session.list")
+            answer = channel(sandbox).call("session.list")
         except BoxyardError:
             answer = {"sessions": []}
         listed = answer.get("sessions")
@@ -132,7 +132,7 @@ def delete_session(
         events.record(actor, "session.deleted", sandbox=sandbox, session=name)
     if sandbox.agent and sandbox.state == State.RUNNING:
         try:
-            channel(sandbox.container_id).call("session.delete", session=name)
+            channel(sandbox).call("session.delete", session=name)
         except NotFound:
             pass  # the agent never started it, or lost it with a restart
 

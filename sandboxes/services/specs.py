@@ -50,6 +50,7 @@ def profile_digest(pipeline: Pipeline) -> str:
         pipeline.effective_image, pipeline.cpus, pipeline.memory_mb, pipeline.pids_limit,
         pipeline.tmp_mb, pipeline.network_enabled, sorted((pipeline.env or {}).items()),
         pipeline.processes, skills, pipeline.retention, pipeline.workspace_mb,
+        sorted((pipeline.host_labels or {}).items()),
     ]  # fmt: skip
     return hashlib.sha256(json.dumps(made_of, default=str).encode()).hexdigest()[:32]
 

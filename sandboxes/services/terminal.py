@@ -16,7 +16,7 @@ from boxyard.errors import N_, BoxyardError, ContainerGone
 from sandboxes import events
 from sandboxes.guard import acting_on
 from sandboxes.models import Exec, ExecState, Sandbox, State
-from sandboxes.runtime import AGENT_PATH, ROOT, Terminal, get_runtime
+from sandboxes.runtime import AGENT_PATH, ROOT, Terminal, runtime_of
 from sandboxes.runtime.agent import CONTAINED_SINCE_VERSION, channel
 from sandboxes.services import containers
 
@@ -59,7 +59,7 @@ def open_terminal(
         # The agent runs the shell as the sandbox user, and everything it starts ends with it.
         argv, user = [AGENT_PATH, "terminal", str(record.pk), "--", *SHELL], ROOT
     try:
-        terminal = get_runtime().open_terminal(
+        terminal = runtime_of(locked).open_terminal(
             locked.container_id, argv, env=env, cols=cols, rows=rows, user=user
         )
     except ContainerGone as error:
@@ -75,7 +75,7 @@ def close_terminal(record: Exec, terminal: Terminal, transcript: bytes, actor: A
     sandbox = Sandbox.objects.get(pk=record.sandbox_id)
     if sandbox.state == State.RUNNING and _contained(sandbox):
         try:
-            channel(sandbox.container_id).call("terminal.end", exec=str(record.pk), deadline=10)
+            channel(sandbox).call("terminal.end", exec=str(record.pk), deadline=10)
         except BoxyardError:
             pass  # the sandbox went away meanwhile, and its processes with it
     _end(record, ExecState.COMPLETED, transcript, terminal.exit_code(), "")
@@ -114,7 +114,7 @@ def _contained(sandbox: Sandbox) -> bool:
     if not sandbox.agent:
         return False
     try:
-        return channel(sandbox.container_id).version >= CONTAINED_SINCE_VERSION
+        return channel(sandbox).version >= CONTAINED_SINCE_VERSION
     except BoxyardError:
         return False
 

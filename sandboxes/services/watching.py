@@ -35,6 +35,7 @@ from sandboxes.runtime import (
     EventStream,
     get_runtime,
     labels_for,
+    runtime_of,
 )
 from sandboxes.services import containers
 
@@ -68,7 +69,7 @@ def handle(event: ContainerEvent) -> bool:
     )
     if sandbox is None:
         return False  # Boxyard stopped or replaced it, or another follower was first
-    runtime = get_runtime()
+    runtime = runtime_of(sandbox)
     info = runtime.inspect_container(event.container_id)
     if info is not None and info.running:
         return False  # started again since the event (an engine restart policy, say)
@@ -88,13 +89,15 @@ def handle(event: ContainerEvent) -> bool:
 
 
 class Follower:
-    """One daemon thread following this deployment's sandbox containers until `stop()`.
+    """One daemon thread following this deployment's sandbox containers on one Docker host
+    (None: this machine's engine) until `stop()`.
 
     It reconnects after an engine outage (backing off from 0.5 s to 30 s), resuming at the
     last event it saw, and never lets an error out of its thread.
     """
 
-    def __init__(self, since: float | None = None) -> None:
+    def __init__(self, since: float | None = None, host: int | None = None) -> None:
+        self.host = host
         self._since = since
         self._stopping = threading.Event()
         self._lock = threading.Lock()
@@ -104,7 +107,9 @@ class Follower:
         self.following = threading.Event()
 
     def start(self) -> "Follower":
-        self._thread = threading.Thread(target=self._run, name="engine-events", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name=f"engine-events-{self.host or 'machine'}", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -128,7 +133,7 @@ class Follower:
             while not self._stopping.is_set():
                 opened_at = time.time()
                 try:
-                    stream = get_runtime().events(labels_for(), since=since)
+                    stream = get_runtime(self.host).events(labels_for(), since=since)
                     with self._lock:
                         self._stream = stream
                     if self._stopping.is_set():
@@ -174,25 +179,39 @@ class Follower:
             close_old_connections()
 
 
-_follower: Follower | None = None
+_followers: dict[int | None, Follower] = {}
 _follower_lock = threading.Lock()
 
 
-def start_following() -> Follower:
-    """This process's follower, started unless it runs already."""
-    global _follower
+def follow(host: int | None) -> Follower:
+    """This process's follower of a Docker host's events, started unless it runs already."""
     with _follower_lock:
-        if _follower is None or not _follower.alive:
-            _follower = Follower().start()
-        return _follower
+        follower = _followers.get(host)
+        if follower is None or not follower.alive:
+            follower = _followers[host] = Follower(host=host).start()
+        return follower
+
+
+def following() -> set[int | None]:
+    """The hosts this process follows."""
+    with _follower_lock:
+        return {host for host, follower in _followers.items() if follower.alive}
+
+
+def unfollow(host: int | None) -> None:
+    """Stop following a host (it was removed, or this process no longer serves it)."""
+    with _follower_lock:
+        follower = _followers.pop(host, None)
+    if follower is not None:
+        follower.stop()
 
 
 def stop_following() -> None:
-    """End this process's follower, if any (the worker is shutting down)."""
-    global _follower
+    """End every follower of this process (the worker is shutting down)."""
     with _follower_lock:
-        follower, _follower = _follower, None
-    if follower is not None:
+        followers = list(_followers.values())
+        _followers.clear()
+    for follower in followers:
         follower.stop()
 
 

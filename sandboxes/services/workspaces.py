@@ -26,7 +26,7 @@ def workspace_usage(sandbox: Sandbox) -> WorkspaceUsage:
     used = None
     if limit is not None and sandbox.state == State.RUNNING and sandbox.agent:
         try:
-            agent = channel(sandbox.container_id)
+            agent = channel(sandbox)
             if agent.version >= CONTAINED_SINCE_VERSION:
                 answer = agent.call("statfs", deadline=5)
                 value = answer.get("used_bytes")

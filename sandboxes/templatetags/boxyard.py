@@ -36,6 +36,8 @@ def actor(value: object) -> str:
         return _("the admin %(name)s") % {"name": name}
     if kind == "system":
         return "Boxyard"
+    if kind == "command":
+        return _("the command %(name)s") % {"name": name}
     return str(value or "")
 
 
@@ -77,6 +79,12 @@ EVENTS = {
     "skill.removed": gettext_lazy("Skill removed"),
     "token.issued": gettext_lazy("Token created"),
     "token.revoked": gettext_lazy("Token revoked"),
+    "host.added": gettext_lazy("Host added"),
+    "host.changed": gettext_lazy("Host changed"),
+    "host.draining": gettext_lazy("Draining"),
+    "host.active": gettext_lazy("Active again"),
+    "host.down": gettext_lazy("Went down"),
+    "host.up": gettext_lazy("Came back"),
 }
 
 

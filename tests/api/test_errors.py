@@ -18,7 +18,7 @@ from sandboxes.models import Sandbox
 from sandboxes.runtime import LABEL_SANDBOX, set_runtime
 from sandboxes.runtime.docker import DockerRuntime
 from tests.conftest import CHAT
-from tests.engines import Forwarder
+from tests.forwarding import Forwarder
 
 pytestmark = pytest.mark.django_db
 

@@ -21,11 +21,14 @@ S = State
 # Which states may follow which: the table as the product describes it, written out.
 EXPECTED_FOLLOWS = {
     S.CREATING: {S.RUNNING, S.ERROR, S.STOPPING},
-    S.RUNNING: {S.RUNNING, S.UNKNOWN, S.CREATING, S.STOPPING, S.STOPPED},
-    S.UNKNOWN: {S.RUNNING, S.ERROR, S.CREATING, S.STOPPING, S.STOPPED},
-    S.ERROR: {S.CREATING, S.STOPPING},
+    S.RUNNING: {S.RUNNING, S.UNKNOWN, S.CREATING, S.STOPPING, S.STOPPED, S.MOVING},
+    S.UNKNOWN: {S.RUNNING, S.ERROR, S.CREATING, S.STOPPING, S.STOPPED, S.MOVING},
+    S.ERROR: {S.CREATING, S.STOPPING, S.MOVING},
     S.STOPPING: {S.STOPPING, S.STOPPED, S.DESTROYED, S.CREATING, S.RUNNING, S.ERROR, S.UNKNOWN},
-    S.STOPPED: {S.CREATING, S.STOPPING},
+    S.STOPPED: {S.CREATING, S.STOPPING, S.MOVING},
+    # A move ends on its new host (creating there) or, cancelled, stopped where it was; it is
+    # never stopped halfway.
+    S.MOVING: {S.CREATING, S.STOPPED},
     S.DESTROYED: set(),
 }
 

@@ -76,7 +76,7 @@ def test_sandbox_code_can_neither_kill_nor_trace_nor_replace_the_agent(
     # The agent is the one it was, and it still serves, also on a channel opened afresh.
     assert run(sandbox, bot, FIND_AGENT).stdout == run(sandbox, bot, "cat /tmp/agent.pid").stdout
     forget(sandbox.container_id)
-    assert channel(sandbox.container_id).call("ping")["version"] >= "3"
+    assert channel(sandbox).call("ping")["version"] >= "3"
     assert run(sandbox, bot, "echo alive").stdout == "alive\n"
     neighbour.answers()
 

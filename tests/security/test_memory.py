@@ -35,6 +35,7 @@ from boxyard.relay import BoundedRelay
 from pipelines.models import PipelineToken
 from sandboxes import services
 from sandboxes.runtime import agent as agent_module
+from sandboxes.runtime import get_runtime
 from sandboxes.runtime.agent import AgentChannel
 from sandboxes.runtime.streams import _CHUNK, FrameReader, LineBuffer, LineTooLong, frames
 from tests.conftest import CHAT
@@ -183,7 +184,7 @@ def bridge() -> Iterator[_Duplex]:
 
 
 def test_the_channel_delivers_a_20_mb_answer_and_keeps_none_of_it(bridge: _Duplex) -> None:
-    channel = AgentChannel("c" * 64)
+    channel = AgentChannel("c" * 64, get_runtime())
     answer: dict[str, Any] = {}
     caller = threading.Thread(target=lambda: answer.update(channel.call("output", deadline=30)))
     caller.start()
@@ -211,7 +212,7 @@ def test_the_channel_delivers_a_20_mb_answer_and_keeps_none_of_it(bridge: _Duple
 
 def test_the_channel_stops_reading_a_line_past_its_limit(bridge: _Duplex, monkeypatch: Any) -> None:
     monkeypatch.setattr(agent_module, "_MAX_LINE", 1024 * 1024)
-    channel = AgentChannel("d" * 64)
+    channel = AgentChannel("d" * 64, get_runtime())
     bridge.feed(*_reads(b"w" * FIFTY_MB))
     deadline = time.monotonic() + 10
     while not channel.closed and time.monotonic() < deadline:

@@ -187,12 +187,12 @@ def test_a_reset_that_cannot_open_the_channel_makes_room_for_it(
     opened: list[int] = []
     real_channel = resetting.channel
 
-    def channel_at_the_limit(container: str):  # type: ignore[no-untyped-def]
-        limit = docker_engine.api.inspect_container(container)["HostConfig"]["PidsLimit"]
+    def channel_at_the_limit(placed):  # type: ignore[no-untyped-def]
+        limit = docker_engine.api.inspect_container(placed.container_id)["HostConfig"]["PidsLimit"]
         opened.append(limit)
         if limit == 48:
             raise AgentGone("no room for the bridge's exec")
-        return real_channel(container)
+        return real_channel(placed)
 
     monkeypatch.setattr(resetting, "channel", channel_at_the_limit)
     result = services.reset_sandbox(sandbox, bot, reason="jammed")

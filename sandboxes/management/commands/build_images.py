@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from boxyard.errors import BoxyardError
 from sandboxes.images import ensure_image
+from sandboxes.runtime import Runtime
 
 
 class Command(BaseCommand):
@@ -25,6 +26,11 @@ class Command(BaseCommand):
         parser.add_argument(
             "--rebuild", action="store_true", help="build even when the engine has the image"
         )
+        parser.add_argument(
+            "--host",
+            metavar="NAME",
+            help="into this Docker host's engine (`manage.py hosts list`); default: this machine's",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         both = not options["test"] and not options["default"]
@@ -33,13 +39,24 @@ class Command(BaseCommand):
             references.append(settings.BOXYARD_TEST_IMAGE)
         if options["default"] or both:
             references.append(settings.BOXYARD_DEFAULT_IMAGE)
-        for reference in dict.fromkeys(references):
-            self._ensure(reference, rebuild=options["rebuild"])
+        runtime = None
+        if options["host"]:
+            from hosts.engines import engine_of
+            from hosts.services import find
 
-    def _ensure(self, reference: str, *, rebuild: bool) -> None:
+            try:
+                runtime = engine_of(find(options["host"]))
+            except BoxyardError as error:
+                raise CommandError(str(error)) from error
+        for reference in dict.fromkeys(references):
+            self._ensure(reference, rebuild=options["rebuild"], runtime=runtime)
+
+    def _ensure(self, reference: str, *, rebuild: bool, runtime: Runtime | None) -> None:
         started = time.monotonic()
         try:
-            outcome = ensure_image(reference, rebuild=rebuild, progress=self._progress)
+            outcome = ensure_image(
+                reference, rebuild=rebuild, progress=self._progress, runtime=runtime
+            )
         except (BoxyardError, ImproperlyConfigured) as error:
             raise CommandError(f"{reference}: {error}") from error
         elapsed = time.monotonic() - started

@@ -9,7 +9,14 @@ from typing import Any, ParamSpec, TypeVar
 import docker.errors
 import requests.exceptions
 
-from boxyard.errors import N_, ContainerGone, ImageMissing, RuntimeFailure, RuntimeUnavailable
+from boxyard.errors import (
+    N_,
+    ContainerGone,
+    HostUnavailable,
+    ImageMissing,
+    RuntimeFailure,
+    RuntimeUnavailable,
+)
 from sandboxes.runtime import ContainerInfo
 
 P = ParamSpec("P")
@@ -26,13 +33,9 @@ def translate(method: Callable[P, T]) -> Callable[P, T]:
         except (RuntimeFailure, RuntimeUnavailable):
             raise
         except (requests.exceptions.ConnectionError, ConnectionError, FileNotFoundError) as error:
-            raise RuntimeUnavailable(
-                N_("the Docker Engine is unreachable: %(error)s", error=error)
-            ) from error
+            raise unreachable(args[0], error) from error
         except requests.exceptions.Timeout as error:
-            raise RuntimeUnavailable(
-                N_("the Docker Engine did not answer in time: %(error)s", error=error)
-            ) from error
+            raise unreachable(args[0], error, timed_out=True) from error
         except docker.errors.ImageNotFound as error:
             raise ImageMissing(
                 N_("image not found: %(error)s", error=error.explanation or error)
@@ -46,11 +49,27 @@ def translate(method: Callable[P, T]) -> Callable[P, T]:
                 N_("the Docker Engine refused: %(error)s", error=error.explanation or error)
             ) from error
         except docker.errors.DockerException as error:
-            raise RuntimeUnavailable(
-                N_("the Docker Engine is unreachable: %(error)s", error=error)
-            ) from error
+            raise unreachable(args[0], error) from error
 
     return wrapper
+
+
+def unreachable(
+    runtime: object, error: BaseException, timed_out: bool = False
+) -> RuntimeUnavailable:
+    """The engine did not answer: on a host Boxyard places sandboxes on, the host is named
+    (`host_unavailable`), else it is this machine's engine."""
+    host = getattr(runtime, "host_name", "")
+    if host:
+        return HostUnavailable(
+            N_("the Docker host %(host)s does not answer: %(error)s", host=host, error=error),
+            host=host,
+        )
+    if timed_out:
+        return RuntimeUnavailable(
+            N_("the Docker Engine did not answer in time: %(error)s", error=error)
+        )
+    return RuntimeUnavailable(N_("the Docker Engine is unreachable: %(error)s", error=error))
 
 
 def container_info(data: dict[str, Any]) -> ContainerInfo:

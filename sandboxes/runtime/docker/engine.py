@@ -8,7 +8,7 @@ import stat
 import tarfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from datetime import datetime
 from functools import cached_property
 from pathlib import Path
@@ -34,11 +34,14 @@ from sandboxes.runtime import (
     ROOT,
     ContainerInfo,
     ContainerSpec,
+    EngineFacts,
     Usage,
     WorkspaceInfo,
     labels_for,
 )
+from sandboxes.runtime.docker.carry import CarryMixin
 from sandboxes.runtime.docker.common import container_info, translate
+from sandboxes.runtime.docker.connection import Connection, client_options
 from sandboxes.runtime.docker.direct import DirectMixin
 from sandboxes.runtime.docker.disks import LABEL_DISK, WorkspaceDisks
 from sandboxes.runtime.docker.events import EventsMixin
@@ -74,11 +77,20 @@ def cpu_limit(cpus: float) -> CPULimit:
     return {"cpu_period": period, "cpu_quota": round(cpus * period), "cpu_shares": CPU_SHARES}
 
 
-class DockerRuntime(ExecsMixin, EventsMixin, DirectMixin):
-    def __init__(self, base_url: str | None = None, pool_size: int = 64) -> None:
+class DockerRuntime(ExecsMixin, EventsMixin, DirectMixin, CarryMixin):
+    def __init__(
+        self,
+        base_url: str | None = None,
+        pool_size: int = 64,
+        connection: Connection | None = None,
+        timeout: float = 120,
+    ) -> None:
         super().__init__()
-        self._base_url = base_url
+        self.connection = connection or Connection(url=base_url or "")
+        self.host_name = self.connection.host
+        self._base_url = self.connection.url or None
         self._pool_size = pool_size
+        self._timeout = timeout
         self._client: docker.APIClient | None = None
         self._lock = threading.Lock()
 
@@ -89,13 +101,11 @@ class DockerRuntime(ExecsMixin, EventsMixin, DirectMixin):
         if self._client is None:
             with self._lock:
                 if self._client is None:
-                    kwargs: Mapping[str, Any] = (
-                        {"base_url": self._base_url}
-                        if self._base_url
-                        else docker.utils.kwargs_from_env()
-                    )
                     self._client = docker.APIClient(
-                        version="auto", timeout=120, max_pool_size=self._pool_size, **kwargs
+                        version="auto",
+                        timeout=self._timeout,  # type: ignore[arg-type]  # types-docker says int; requests takes a float
+                        max_pool_size=self._pool_size,
+                        **client_options(self.connection),
                     )
         return self._client
 
@@ -104,6 +114,28 @@ class DockerRuntime(ExecsMixin, EventsMixin, DirectMixin):
     @translate
     def ping(self) -> None:
         self.api.ping()
+
+    @translate
+    def engine_facts(self, timeout: float) -> EngineFacts:
+        # A client of its own, whose every request gives up after `timeout`: the health check
+        # must not wait on a host that stopped answering as long as real work would.
+        quick = docker.APIClient(version="auto", timeout=timeout, **client_options(self.connection))  # type: ignore[arg-type]  # types-docker says int; requests takes a float
+        try:
+            info = quick.info()
+            images = quick.images()
+        finally:
+            quick.close()
+        return EngineFacts(
+            version=str(info.get("ServerVersion") or ""),
+            cpus=int(info.get("NCPU") or 0),
+            memory_bytes=int(info.get("MemTotal") or 0),
+            images=sorted(
+                tag
+                for image in images
+                for tag in image.get("RepoTags") or []
+                if tag != "<none>:<none>"
+            ),
+        )
 
     @translate
     def image_labels(self, image: str) -> dict[str, str] | None:

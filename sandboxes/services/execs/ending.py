@@ -82,7 +82,7 @@ def _heads(record: Exec) -> tuple[bytes, bytes]:
     keeps finished ones within a cap)."""
     sandbox = record.sandbox
     try:
-        status = channel(sandbox.container_id).call(
+        status = channel(sandbox).call(
             "status", exec=str(record.id), limit=sandbox.pipeline.output_limit_bytes
         )
     except NotFound:

@@ -6,7 +6,7 @@ that its timeout kills the whole process tree."""
 from boxyard.actors import Actor
 from boxyard.errors import N_, ContainerGone, ExecDeadlineExceeded, InvalidInput, RuntimeFailure
 from sandboxes.models import Exec, ExecState, Sandbox
-from sandboxes.runtime import get_runtime
+from sandboxes.runtime import runtime_of
 from sandboxes.scripts import BAD_CWD, EXEC, WORKSPACE, sh
 from sandboxes.services import containers
 from sandboxes.services.execs.ending import fail, finish
@@ -26,7 +26,7 @@ def run_one_shot(sandbox: Sandbox, record: Exec, request: ExecRequest, actor: Ac
     )
     argv = sh(EXEC, "boxyard-exec", str(timeout), cwd, mode, *(command or []))
     try:
-        result = get_runtime().exec(
+        result = runtime_of(sandbox).exec(
             sandbox.container_id,
             argv,
             env={**request.pipeline_env, **request.env},

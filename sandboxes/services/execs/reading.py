@@ -192,6 +192,6 @@ def _live_agent(record: Exec) -> AgentChannel | None:
     if not sandbox.agent or sandbox.state != State.RUNNING or not sandbox.container_id:
         return None
     try:
-        return channel(sandbox.container_id)
+        return channel(sandbox)
     except BoxyardError:
         return None

@@ -30,8 +30,8 @@ from boxyard.errors import (
 from boxyard.threads import release_connection
 from sandboxes.guard import acting_on
 from sandboxes.models import Exec, ExecState, Sandbox, ShellSession
-from sandboxes.runtime import answers, get_runtime
-from sandboxes.runtime.agent import AgentChannel, channel
+from sandboxes.runtime import answers, runtime_of
+from sandboxes.runtime.agent import AgentChannel, At, channel
 from sandboxes.scripts import BAD_CWD
 from sandboxes.services import containers
 from sandboxes.services.execs.ending import announce, fail, finish_from_status
@@ -182,7 +182,7 @@ def _run_in_agent(
             return finish_from_status(
                 record, agent.call("status", exec=str(record.id), limit=limit)
             )
-        _watch(sandbox.container_id, record.pk, limit)
+        _watch(At(sandbox.container_id, sandbox.host_id), record.pk, limit)
         return record
     if (
         status.get("exit_code") == BAD_CWD
@@ -205,7 +205,7 @@ def _relay(watch: ExecWatch) -> Callable[[dict[str, Any]], None]:
 def _agent(sandbox: Sandbox, record: Exec, actor: Actor) -> AgentChannel:
     """This process's channel to the sandbox's agent; a vanished container is recorded."""
     try:
-        return channel(sandbox.container_id)
+        return channel(sandbox)
     except (AgentGone, ContainerGone) as error:
         raise _lost_container(sandbox, record, error, actor) from error
 
@@ -214,7 +214,7 @@ def _lost_container(
     sandbox: Sandbox, record: Exec, error: BoxyardError, actor: Actor
 ) -> BoxyardError:
     """What to raise when the agent cannot be reached: the container may be gone."""
-    info = get_runtime().inspect_container(sandbox.container_id)
+    info = runtime_of(sandbox).inspect_container(sandbox.container_id)
     if info is None or not info.running:
         fail(record, ExecState.FAILED, str(error))
         stopped = ContainerGone(N_("the container stopped: %(error)s", error=error))
@@ -223,7 +223,7 @@ def _lost_container(
     return error
 
 
-def _watch(container: str, exec_pk: UUID, limit: int) -> None:
+def _watch(container: At, exec_pk: UUID, limit: int) -> None:
     """Record a background exec's end as soon as it comes (best effort: whoever reads the
     exec next records it too, so a restart of this process loses nothing)."""
 

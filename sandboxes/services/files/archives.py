@@ -23,7 +23,7 @@ from boxyard.errors import N_, ContainerGone, InvalidInput, RuntimeFailure, Uplo
 from sandboxes import events, scripts
 from sandboxes.guard import acting_on, require_running
 from sandboxes.models import Sandbox
-from sandboxes.runtime import AGENT_PATH, ExecResult, get_runtime
+from sandboxes.runtime import AGENT_PATH, ExecResult, runtime_of
 from sandboxes.services import containers
 from sandboxes.services.files.inside import Fed, deadline_for, reader, run_inside, verdict
 from sandboxes.services.files.paths import workspace_path
@@ -69,7 +69,7 @@ def open_archive(sandbox: Sandbox, path: object, format: object = None) -> Archi
     _needs_agent(sandbox)
     sandbox.record_activity()
     try:
-        stream = get_runtime().exec_stream(
+        stream = runtime_of(sandbox).exec_stream(
             sandbox.container_id, [AGENT_PATH, "archive", target, kind]
         )
     except ContainerGone as error:

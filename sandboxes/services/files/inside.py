@@ -22,7 +22,7 @@ from boxyard.errors import (
 )
 from sandboxes import scripts
 from sandboxes.models import Sandbox
-from sandboxes.runtime import ExecResult, get_runtime
+from sandboxes.runtime import ExecResult, runtime_of
 from sandboxes.services import containers
 
 _FILE_OP_DEADLINE = 300
@@ -68,7 +68,7 @@ def run_inside(
     deadline_seconds: float = _FILE_OP_DEADLINE,
 ) -> ExecResult:
     try:
-        return get_runtime().exec(
+        return runtime_of(sandbox).exec(
             sandbox.container_id,
             argv,
             stdin=stdin,
@@ -85,7 +85,7 @@ def direct(sandbox: Sandbox) -> socket.socket | None:
     operator has not turned it off (`BOXYARD_AGENT_DIRECT`)."""
     if not settings.BOXYARD_AGENT_DIRECT or not sandbox.agent or not sandbox.container_id:
         return None
-    return get_runtime().agent_socket(sandbox.container_id)
+    return runtime_of(sandbox).agent_socket(sandbox.container_id)
 
 
 def reader(sandbox: Sandbox) -> Actor:

@@ -20,7 +20,7 @@ from boxyard.errors import N_, Conflict, ContainerGone, InvalidInput, RuntimeFai
 from sandboxes import scripts
 from sandboxes.guard import require_running
 from sandboxes.models import Sandbox
-from sandboxes.runtime import ExecResult, agentfiles, get_runtime
+from sandboxes.runtime import ExecResult, agentfiles, runtime_of
 from sandboxes.scripts import sh
 from sandboxes.services import containers
 from sandboxes.services.files.inside import direct, reader, verdict
@@ -113,7 +113,7 @@ def open_file_stream(
             return info, FileStream(b"", iter(body), body.close)
     argv = [target, str(start), str(length), *([identity] if identity else [])]
     try:
-        stream = get_runtime().exec_stream(
+        stream = runtime_of(sandbox).exec_stream(
             sandbox.container_id, sh(scripts.READ, "boxyard-read", *argv)
         )
     except ContainerGone as error:

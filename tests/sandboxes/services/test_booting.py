@@ -35,7 +35,7 @@ def health_failures(pipeline: Any) -> int:
 def agent_processes(sandbox: Sandbox) -> dict[str, str]:
     """The processes the sandbox's agent runs, by name, asked of the agent itself (listing
     them through the service would start them)."""
-    listed = agent.channel(sandbox.container_id).call("process.list")["processes"]
+    listed = agent.channel(sandbox).call("process.list")["processes"]
     return {process["name"]: process["state"] for process in listed}
 
 

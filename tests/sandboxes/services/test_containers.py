@@ -126,8 +126,8 @@ def test_remove_replaced_takes_only_the_old_generations_container(
     old = running.container_id
     lifecycle.move(running, lifecycle.RESTART, bot, reason="again")
     containers.provision(running, bot)
-    containers.remove_replaced(old)
-    containers.remove_replaced("")  # nothing to remove: nothing asked of the engine
+    containers.remove_replaced(old, None)
+    containers.remove_replaced("", None)  # nothing to remove: nothing asked of the engine
     assert docker_engine.inspect_container(old) is None
     [left] = docker_engine.list_containers({LABEL_SANDBOX: str(running.pk)})
     assert (left.id, left.labels[LABEL_GENERATION]) == (running.container_id, "2")

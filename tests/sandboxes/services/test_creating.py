@@ -48,7 +48,7 @@ def test_a_new_row_is_creating_with_a_free_lease_named_for_generation_one(pipeli
 
     [event] = Event.objects.filter(sandbox=sandbox)
     assert (event.action, event.actor) == ("sandbox.created", "bot:support-bot")
-    assert event.detail == {"scope_key": "group_1"}
+    assert event.detail == {"scope_key": "group_1", "host": "local"}
     assert created(pipeline) == 1
 
 
@@ -56,7 +56,7 @@ def test_a_pooled_row_says_so(pipeline) -> None:
     sandbox = create_row(pipeline, "pool:abc", {}, SYSTEM, pooled=True)
     assert Sandbox.objects.get(pk=sandbox.pk).pooled
     event = Event.objects.get(sandbox=sandbox, action="sandbox.created")
-    assert event.detail == {"scope_key": "pool:abc", "pooled": True}
+    assert event.detail == {"scope_key": "pool:abc", "pooled": True, "host": "local"}
     assert created(pipeline) == 1
 
 

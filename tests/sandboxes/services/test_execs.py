@@ -112,7 +112,7 @@ def test_a_fresh_command_is_started_by_the_agent(sandbox, bot) -> None:
 def test_an_agent_older_than_fresh_commands_gets_an_engine_exec(sandbox, bot) -> None:
     parent = "tr '\\0' ' ' </proc/$PPID/cmdline"
     run(sandbox, bot, "true")  # the channel is open
-    agent = channel(sandbox.container_id)
+    agent = channel(sandbox)
     agent.version = 1
     try:
         # The engine exec runs the one-shot script, which is the command's parent.

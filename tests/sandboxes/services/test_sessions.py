@@ -168,8 +168,8 @@ def test_session_state_outlives_the_boxyard_process(sandbox, bot) -> None:
         import base64, django, os
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
         django.setup()
-        from sandboxes.runtime.agent import channel
-        answer = channel({sandbox.container_id!r}).call(
+        from sandboxes.runtime.agent import At, channel
+        answer = channel(At({sandbox.container_id!r})).call(
             "run", exec="from-another-process", session="default", shell="pwd; echo $LEFT_BY",
             limit=4096,
         )
@@ -266,8 +266,8 @@ def test_a_background_exec_started_by_another_process_is_readable_here(sandbox, 
         import django, os
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
         django.setup()
-        from sandboxes.runtime.agent import channel
-        channel({sandbox.container_id!r}).call(
+        from sandboxes.runtime.agent import At, channel
+        channel(At({sandbox.container_id!r})).call(
             "run", exec="started-elsewhere", shell="sleep 1; echo still here", background=True,
         )
         """
@@ -282,11 +282,9 @@ def test_a_background_exec_started_by_another_process_is_readable_here(sandbox, 
     assert started.returncode == 0, started.stderr
     from sandboxes.runtime.agent import channel
 
-    status = channel(sandbox.container_id).call(
-        "wait", exec="started-elsewhere", timeout=10, limit=100
-    )
+    status = channel(sandbox).call("wait", exec="started-elsewhere", timeout=10, limit=100)
     assert status["finished"] and status["exit_code"] == 0
-    output = channel(sandbox.container_id).call("output", exec="started-elsewhere")
+    output = channel(sandbox).call("output", exec="started-elsewhere")
     import base64
 
     assert base64.b64decode(output["chunks"][0]["data"]) == b"still here\n"
