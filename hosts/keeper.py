@@ -1,5 +1,5 @@
 """The Docker hosts a worker process serves, kept: every CHECK_SECONDS each host's engine is
-asked what it is (within CHECK_TIMEOUT, all hosts at once); a host that answers is followed
+asked what it is (within CHECK_TIMEOUT, up to 8 hosts at once); a host that answers is followed
 (its containers' events, `sandboxes.services.watching`) and, when it was down, reconciled; a
 host that does not is marked down once nothing has reached it for `services.DOWN_AFTER`, and
 no longer followed. Its sandboxes then answer `host_unavailable` at once (`engines`).
@@ -59,7 +59,7 @@ def check(host: DockerHost) -> bool:
             return False
         if services.seen(host, facts):
             log.info("Docker host %s is back; reconciling it", host.name)
-            later(RECONCILE, host.pk)
+            later(RECONCILE, host.pk, host=host.pk)
         return True
     finally:
         close_old_connections()
