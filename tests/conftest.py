@@ -49,6 +49,15 @@ def _metrics_in_the_test() -> None:
 
 
 @pytest.fixture(autouse=True)
+def _engine_work_where_it_is_asked(settings: Any) -> None:
+    """A test that calls a service in its own process sees the engine work done there (a
+    pool refill starts its sandboxes, a reconcile reconciles), as with the in-memory broker,
+    whichever broker the run has. The distributed mode's routing of engine work to each
+    host's queue is tested with processes of its own (tests/hosts/test_host_queues.py)."""
+    settings.BOXYARD_HOST_QUEUES = False
+
+
+@pytest.fixture(autouse=True)
 def _the_default_language() -> Iterator[None]:
     """Each test starts in the default language: a page that a test asked for in Russian
     leaves Russian active in the thread (Django's locale middleware does), for whatever runs

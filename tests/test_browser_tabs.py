@@ -187,35 +187,31 @@ def test_countdowns_count_seconds_on_the_sandbox_page_and_minutes_in_the_fleet(
 ) -> None:
     """The sandbox page's deadlines count every second; the fleet's rows, where every cell
     changing every second would be noise (and a redraw a second for every open page), count
-    in minutes until the last one, then in seconds."""
+    in minutes until the last one, then in seconds. (A probe of each kind is counted by the
+    page's own tick: the page's rows may be pushed again meanwhile.)"""
     _bot, sandbox_id = bot_api
     page = sandbox_page(browser, server, sandbox_id)
-    seconds_left = (
-        "time => time.setAttribute('datetime', new Date(Date.now() + 754000).toISOString())"
-    )
-    countdown = page.locator("#sandbox-status time[data-countdown]").first
-    countdown.evaluate(seconds_left)
-    page.wait_for_function(
-        "() => /^12\\s?m(in)?\\s+\\d+\\s?s/.test("
-        "document.querySelector('#sandbox-status time[data-countdown]').textContent)"
-    )
+    assert page.locator("#sandbox-status time[data-countdown]").count() >= 1
+    assert page.locator("time[data-countdown=minutes]").count() == 0
+    probe = """([kind, seconds]) => {
+        const probe = document.getElementById('probe') || document.createElement('time');
+        probe.id = 'probe';
+        probe.setAttribute('data-countdown', kind);
+        probe.setAttribute('datetime', new Date(Date.now() + seconds * 1000).toISOString());
+        document.body.append(probe);
+    }"""
+    shows = "pattern => new RegExp(pattern).test(document.getElementById('probe').textContent)"
+    page.evaluate(probe, ["", 754])
+    page.wait_for_function(shows, arg=r"^12\s?m(in)?\s+\d+\s?s")
     page.goto(f"{server.url}/")
-    cell = page.locator(f"#sandbox-{sandbox_id} time[data-countdown]").first
-    cell.evaluate(seconds_left)
-    page.wait_for_function(
-        "id => /^12\\s?m(in)?$/.test(document.querySelector("
-        "`#sandbox-${id} time[data-countdown]`).textContent)",
-        arg=sandbox_id,
-    )
-    # The last minute counts in seconds.
-    cell.evaluate(
-        "time => time.setAttribute('datetime', new Date(Date.now() + 42500).toISOString())"
-    )
-    page.wait_for_function(
-        "id => /^4[0-2]\\s?s$/.test(document.querySelector("
-        "`#sandbox-${id} time[data-countdown]`).textContent)",
-        arg=sandbox_id,
-    )
+    cells = page.locator(f"#sandbox-{sandbox_id} time[data-countdown]")
+    assert {cells.nth(n).get_attribute("data-countdown") for n in range(cells.count())} == {
+        "minutes"
+    }
+    page.evaluate(probe, ["minutes", 754])
+    page.wait_for_function(shows, arg=r"^12\s?m(in)?$")
+    page.evaluate(probe, ["minutes", 42.5])  # the last minute counts in seconds
+    page.wait_for_function(shows, arg=r"^4[0-2]\s?s$")
     page.close()
 
 
