@@ -173,6 +173,36 @@ class QuotaExceeded(BoxyardError):
     status = 429
 
 
+class Throttled(QuotaExceeded):
+    """Too many of the caller's requests at once, or too often: try again after `retry_after`
+    seconds (the `Retry-After` header)."""
+
+    code = "too_many_requests"
+
+    def __init__(self, message: str | Message, retry_after: int = 1, **extra: Any) -> None:
+        super().__init__(message, retry_after=retry_after, **extra)
+
+
+class RateLimited(Throttled):
+    """More requests than the operator's rate limit allows (BOXYARD_RATE_LIMIT)."""
+
+    code = "rate_limited"
+
+
+class TooLarge(BoxyardError):
+    """A request body larger than the route takes."""
+
+    code = "too_large"
+    status = 413
+
+
+class RequestTimeout(BoxyardError):
+    """A client that stopped sending its request's body."""
+
+    code = "request_timeout"
+    status = 408
+
+
 class LengthRequired(BoxyardError):
     """An upload must say its size (Content-Length) before its first byte."""
 
@@ -305,7 +335,10 @@ class Problem:
 def problem(error: BoxyardError) -> Problem:
     """The one mapping of an error to HTTP: `{"error": {code, message, ...}}` with its status,
     `Retry-After` for what is worth trying again, and the file's size for a Range past it."""
-    headers = {"Retry-After": str(error.retry_after)} if isinstance(error, Unavailable) else {}
+    headers: dict[str, str] = {}
+    retry_after = error.extra.get("retry_after")
+    if isinstance(error, (Unavailable, Throttled)) and isinstance(retry_after, int):
+        headers["Retry-After"] = str(retry_after)
     if isinstance(error, RangeNotSatisfiable):
         headers["Content-Range"] = f"bytes */{error.extra['size']}"
     return Problem(status=error.status, body={"error": error.as_dict()}, headers=headers)

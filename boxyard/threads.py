@@ -1,6 +1,7 @@
 """The threads that serve HTTP requests, shared by the ASGI handler and async views, and
 what a thread that waits long lets go of meanwhile."""
 
+import asyncio
 import itertools
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
@@ -12,7 +13,14 @@ from django import db
 from django.conf import settings
 from django.db import close_old_connections
 
+from boxyard.slots import CALLER, Turns
+
 T = TypeVar("T")
+
+# The request pool shared out among callers: BOXYARD_THREADS_PER_CALLER threads each at most.
+TURNS = Turns(
+    lambda: settings.BOXYARD_THREADS_PER_CALLER, lambda: settings.BOXYARD_QUEUED_PER_CALLER
+)
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
@@ -70,9 +78,22 @@ def release_connection() -> None:
 
 
 async def in_pool(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Call a blocking function from async code in a thread of the request pool."""
+    """Call a blocking function from async code in a thread of the request pool, in the
+    caller's turn (`TURNS`): a caller that holds its share of the pool waits, without a
+    thread, or is refused (`Throttled`) when too many of its calls wait already."""
     call = sync_to_async(with_fresh_connection, thread_sensitive=False, executor=request_pool())
-    return await call(function, *args, **kwargs)
+    give_back = await TURNS.enter(CALLER.get())
+    running = asyncio.ensure_future(call(function, *args, **kwargs))
+    # A thread cannot be stopped: a call whose client went away keeps its turn until its
+    # thread is free again, so going away never lets a caller past its share.
+    running.add_done_callback(lambda ended: _ended(ended, give_back))
+    return await asyncio.shield(running)
+
+
+def _ended(call: "asyncio.Future[Any]", give_back: Callable[[], None]) -> None:
+    give_back()
+    if not call.cancelled():
+        call.exception()  # retrieved: a call nobody waits for any more fails quietly
 
 
 async def pulled(

@@ -20,6 +20,7 @@ from channels.security.websocket import WebsocketDenier  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.http.request import split_domain_port, validate_host  # noqa: E402
 
+from config.gate import Gate  # noqa: E402
 from sandboxes.mcp.app import McpApplication, serves  # noqa: E402
 from sandboxes.routing import websocket_urlpatterns  # noqa: E402
 
@@ -122,7 +123,7 @@ class HttpRouter:
 
 application = ProtocolTypeRouter(
     {
-        "http": HttpRouter(django_asgi_app, McpApplication()),
+        "http": Gate(HttpRouter(django_asgi_app, McpApplication())),  # type: ignore[arg-type]  # the same ASGI callables
         "websocket": SameOriginWebsockets(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))  # type: ignore[arg-type]  # types-channels' own URLPattern type
         ),

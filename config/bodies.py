@@ -17,10 +17,11 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import RequestAborted
 from django.http import HttpRequest
 
-from boxyard.errors import N_, InvalidInput, LengthRequired
+from boxyard.errors import N_, InvalidInput, LengthRequired, RequestTimeout
 
 Receive = Callable[[], Awaitable[Mapping[str, Any]]]
 
@@ -34,8 +35,6 @@ STREAMED = (
 
 PART_BYTES = 1024 * 1024
 PARTS_AHEAD = 4
-# A client that sends nothing for this long has gone: the upload ends.
-IDLE_SECONDS = 60
 
 _END: list[bytes] = []
 # Where the handler leaves the body in the request's scope, for `pieces`.
@@ -143,11 +142,20 @@ class StreamedBody:
         size = 0
         try:
             while True:
+                # A client that sends nothing for this long has gone: the upload ends (408).
+                idle = settings.BOXYARD_BODY_IDLE_SECONDS
                 try:
-                    async with asyncio.timeout(IDLE_SECONDS):
+                    async with asyncio.timeout(idle):
                         message = await self._receive()
                 except TimeoutError:
-                    await self._put(RequestAborted(f"the client sent nothing for {IDLE_SECONDS} s"))
+                    await self._put(
+                        RequestTimeout(
+                            N_(
+                                "the client sent nothing of the upload for %(seconds)d s",
+                                seconds=idle,
+                            )
+                        )
+                    )
                     return
                 if message["type"] == "http.disconnect":
                     await self._put(RequestAborted("the client went away before the body's end"))

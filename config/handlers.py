@@ -16,12 +16,16 @@ be larger than the database's connection limit.
 """
 
 import asyncio
+import io
 from collections.abc import Awaitable, Callable, Mapping
 from typing import IO, Any
 
+from django.core.exceptions import RequestAborted
 from django.core.handlers.asgi import ASGIHandler
-from django.http import HttpRequest, HttpResponseBase
+from django.http import HttpRequest, HttpResponseBase, JsonResponse
 
+from boxyard.errors import BoxyardError, problem
+from boxyard.later import DEFERRING, Later
 from boxyard.threads import in_pool, start_request_threads
 from config.bodies import SCOPE_KEY, StreamedBody, streams
 
@@ -63,7 +67,18 @@ class PooledASGIHandler(ASGIHandler):
         body = getattr(receive, "__self__", None)
         if isinstance(body, StreamedBody):
             return body  # type: ignore[return-value]  # read and closed, as a file is
-        return await super().read_body(receive)
+        # The gate (config.gate) has read the body already, within the route's bound: it
+        # stays in memory, never in a temporary file.
+        data = io.BytesIO()
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise RequestAborted()
+            data.write(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        data.seek(0)
+        return data
 
     async def listen_for_disconnect(
         self, receive: Callable[[], Awaitable[Mapping[str, Any]]]
@@ -80,9 +95,23 @@ class PooledASGIHandler(ASGIHandler):
             raise AssertionError(f"Invalid ASGI message after request body: {message['type']}")
 
     async def get_response_async(self, request: HttpRequest) -> HttpResponseBase:
-        response = await in_pool(self.get_response, request)
+        try:
+            response = await in_pool(self._respond, request)
+        except BoxyardError as error:  # refused a turn of the request pool
+            answer = problem(error)
+            response = JsonResponse(answer.body, status=answer.status)
+            for name, value in answer.headers.items():
+                response[name] = value
+            return response
+        if isinstance(response, Later):
+            # A long call: its answer is waited for here, on the event loop, with no thread.
+            await response.settle()
         # A request lives in reference cycles (its user, messages and htmx details point back
         # at it) until a full garbage collection; the body it read (up to the upload limit)
         # is of no use once the view has answered, so it does not wait that long.
         request.__dict__.pop("_body", None)
         return response
+
+    def _respond(self, request: HttpRequest) -> HttpResponseBase:
+        DEFERRING.set(True)  # this thread's copy of the context: `Later` is settled above
+        return self.get_response(request)

@@ -14,7 +14,9 @@ from typing import Any
 import dj_database_url
 import django_stubs_ext
 from csp.constants import NONE, SELF, UNSAFE_INLINE
+from django.core.exceptions import ImproperlyConfigured
 
+from config import ratelimit as _ratelimit
 from config.env import env_bool, env_float, env_int, env_list, env_str
 
 # Django's generic classes (ModelAdmin[Pipeline], QuerySet[Sandbox]) take their type
@@ -60,6 +62,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "boxyard.later.SettleLater",  # first: what a long call answers, where no loop settles it
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -179,8 +182,31 @@ AXES_LOCKOUT_CALLABLE = "config.login.locked_out"
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "fleet"
 LOGOUT_REDIRECT_URL = "login"
-# Largest request body the API reads (file writes come as JSON); bigger ones get 413.
-DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("BOXYARD_MAX_REQUEST_BYTES", 32 * 1024 * 1024, minimum=1024)
+# Largest request body the API reads (file writes come as JSON); bigger ones get 413 from the
+# headers alone (config.gate), before a byte of the body is read. Uploads of any size stream
+# through the raw-file, archive and link routes instead.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("BOXYARD_MAX_REQUEST_BYTES", 8 * 1024 * 1024, minimum=1024)
+# Largest body taken from a caller without a credential (the login form, say).
+BOXYARD_ANONYMOUS_REQUEST_BYTES = env_int(
+    "BOXYARD_ANONYMOUS_REQUEST_BYTES", 64 * 1024, minimum=1024
+)
+# A client that sends nothing of its request's body for this long gets 408.
+BOXYARD_BODY_IDLE_SECONDS = env_int("BOXYARD_BODY_IDLE_SECONDS", 30, minimum=1)
+# Request bodies one caller may have in the server's memory at once (past it: 429).
+BOXYARD_BODY_BYTES_PER_CALLER = env_int(
+    "BOXYARD_BODY_BYTES_PER_CALLER",
+    8 * DATA_UPLOAD_MAX_MEMORY_SIZE,
+    minimum=DATA_UPLOAD_MAX_MEMORY_SIZE,
+)
+# Requests one pipeline token may make, as "N/second|minute|hour" (`off`: no limit); past
+# it, 429 with Retry-After.
+BOXYARD_RATE_LIMIT = env_str("BOXYARD_RATE_LIMIT", "600/minute")
+try:
+    _ratelimit.check(BOXYARD_RATE_LIMIT)
+except ValueError as _error:
+    raise ImproperlyConfigured(
+        f"BOXYARD_RATE_LIMIT={BOXYARD_RATE_LIMIT!r} is not a rate such as 600/minute or off"
+    ) from _error
 
 # --- Channels and Celery ----------------------------------------------------------------------
 # Embedded (the default): an in-memory broker and channel layer, and the Celery worker and
@@ -316,6 +342,16 @@ BOXYARD_EXEC_OUTPUT_BYTES = env_int("BOXYARD_EXEC_OUTPUT_BYTES", 256 * 1024, min
 # Threads serving sandbox API calls. A call waiting for a command holds a thread (not a
 # database connection) for as long as the command runs.
 BOXYARD_API_THREADS = env_int("BOXYARD_API_THREADS", 256, minimum=1)
+# Threads of that pool one caller (a pipeline's token, an admin, an address without either)
+# may hold at once; its further requests wait their turn without a thread, up to
+# BOXYARD_QUEUED_PER_CALLER of them, and past that get 429.
+BOXYARD_THREADS_PER_CALLER = env_int(
+    "BOXYARD_THREADS_PER_CALLER", max(1, BOXYARD_API_THREADS // 8), minimum=1
+)
+BOXYARD_QUEUED_PER_CALLER = env_int("BOXYARD_QUEUED_PER_CALLER", 256, minimum=0)
+# Long calls (waiting for an exec, following its output, an MCP tool's progress) one pipeline
+# may have open at once; past it, 429 with Retry-After. They hold no thread while they wait.
+BOXYARD_LONG_CALLS_PER_PIPELINE = env_int("BOXYARD_LONG_CALLS_PER_PIPELINE", 64, minimum=1)
 # The sandbox agent (built from agent/ by bin/setup), mounted read-only into new sandboxes.
 # Without it sandboxes still work, but every exec is a fresh engine exec and only the
 # default session exists.

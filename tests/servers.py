@@ -44,6 +44,8 @@ def served(tmp_path: Path, **environment: str) -> Iterator[Server]:
         BOXYARD_IMAGE_ALLOWLIST=settings.BOXYARD_TEST_IMAGE,
         BOXYARD_DEFAULT_IMAGE=settings.BOXYARD_TEST_IMAGE,
         PYTHONUNBUFFERED="1",
+        # Tests of everything but the rate limit make calls as fast as they can.
+        BOXYARD_RATE_LIMIT="off",
     )
     env.update(environment)  # a test's own settings win
     log = tmp_path / "server.log"

@@ -8,10 +8,11 @@ from django.utils.http import content_disposition_header
 from ninja import Query, Router
 from ninja.responses import codes_4xx, codes_5xx
 
+from boxyard.later import Awaited, Later
 from boxyard.threads import pulled
 from pipelines.models import Pipeline
 from sandboxes import selectors, services
-from sandboxes.api.common import principal, responds
+from sandboxes.api.common import later, principal, responds
 from sandboxes.api.sse import event_stream
 from sandboxes.models import Sandbox
 from sandboxes.schemas import ErrorOut, Fencing
@@ -29,25 +30,27 @@ from sandboxes.schemas.execs import (
     progress_out,
 )
 from sandboxes.selectors import Principal
+from sandboxes.services.shares import long_call
 
 router = Router(tags=["sandboxes"])
 
 
 @router.post("/sandboxes/{sandbox_id}/exec", response=responds(ExecOut), summary="Run a command")
-def exec_command(request: HttpRequest, sandbox_id: str, body: ExecIn) -> dict[str, Any]:
-    return run_command(principal(request), sandbox_id, body)
+def exec_command(request: HttpRequest, sandbox_id: str, body: ExecIn) -> Later:
+    return later(run_command(principal(request), sandbox_id, body), ExecOut, lambda answer: answer)
 
 
 def run_command(
     who: Principal, sandbox_id: str, body: ExecIn, watch: services.ExecWatch | None = None
-) -> dict[str, Any]:
-    """An exec as the API runs it (also the MCP server's, which follows it with `watch`)."""
+) -> Awaited[dict[str, Any]]:
+    """An exec as the API runs it (also the MCP server's, which follows it with `watch`): a
+    long call, whose answer comes once a foreground command has ended."""
     sandbox = selectors.sandbox_for(who, sandbox_id)
     exec_request = clean_exec(sandbox, body)
-    record = services.run_exec(
+    started = services.start_exec(
         sandbox, exec_request, who.actor, holder=body.holder, epoch=body.epoch, watch=watch
     )
-    return exec_out(record)
+    return started.then(exec_out)
 
 
 def clean_exec(target: Sandbox | Pipeline, body: ExecIn) -> services.ExecRequest:
@@ -135,7 +138,9 @@ def exec_stream(
 ) -> StreamingHttpResponse:
     who = principal(request)
     record = selectors.exec_for(who, selectors.sandbox_for(who, sandbox_id), exec_id)
-    return event_stream(services.exec_events(record, query.since_seq))
+    # Open for as long as the exec runs: one of the pipeline's long calls.
+    held = long_call(record.sandbox.pipeline_id)
+    return event_stream(services.exec_events(record, query.since_seq), held)
 
 
 @router.post(
@@ -143,10 +148,10 @@ def exec_stream(
     response=responds(WaitOut),
     summary="Wait for an exec",
 )
-def exec_wait(request: HttpRequest, sandbox_id: str, exec_id: str, body: WaitIn) -> dict[str, Any]:
+def exec_wait(request: HttpRequest, sandbox_id: str, exec_id: str, body: WaitIn) -> Later:
     who = principal(request)
     record = selectors.exec_for(who, selectors.sandbox_for(who, sandbox_id), exec_id)
-    return progress_out(services.wait_exec(record, body.timeout_seconds))
+    return later(services.await_exec(record, body.timeout_seconds), WaitOut, progress_out)
 
 
 @router.post(

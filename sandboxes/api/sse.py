@@ -8,9 +8,17 @@ from typing import Any
 
 from django.http import StreamingHttpResponse
 
+from boxyard.slots import Held
 
-def event_stream(events: AsyncIterator[dict[str, Any]]) -> StreamingHttpResponse:
+
+def event_stream(
+    events: AsyncIterator[dict[str, Any]], held: Held | None = None
+) -> StreamingHttpResponse:
+    """The stream's answer; `held` (the pipeline's long call) is given back when it closes."""
     response = StreamingHttpResponse(_encoded(events), content_type="text/event-stream")
+    if held is not None:
+        # Django calls these when it closes the response, whether or not it was streamed.
+        response._resource_closers.append(held.release)  # type: ignore[attr-defined]
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # a proxy must pass each event on as it comes
     return response

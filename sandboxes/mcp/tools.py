@@ -25,6 +25,7 @@ from ninja.responses import Status
 from pydantic import ValidationError
 
 from boxyard.errors import BoxyardError, InvalidInput, NotFound, problem
+from boxyard.later import Awaited, Later
 from boxyard.threads import in_pool
 from config.api import field_name, require_unicode
 from pipelines import scope
@@ -35,6 +36,7 @@ from sandboxes.mcp.connection import Caller, caller_of
 from sandboxes.models import Exec
 from sandboxes.schemas.execs import ExecIn, WaitIn
 from sandboxes.schemas.tools import ToolSpec, tool_specs
+from sandboxes.services.shares import long_call
 
 # Each tool's route function of the bot API (the exec is run by `execs.run_command`).
 ROUTES: dict[str, Callable[..., Any]] = {
@@ -137,7 +139,7 @@ async def call_tool(
         elif spec.name == "sandbox_exec_wait" and _wants_progress(ctx):
             answer = await _wait(ctx, caller, spec, arguments)
         else:
-            answer = await in_pool(_run, caller, spec, arguments)
+            answer = await _settled(spec, await in_pool(_run, caller, spec, arguments))
     except BoxyardError as error:
         return error_result(error)
     return types.CallToolResult(
@@ -156,12 +158,21 @@ def error_result(error: BoxyardError) -> types.CallToolResult:
     )
 
 
-def _run(caller: Caller, spec: ToolSpec, arguments: dict[str, Any]) -> dict[str, Any]:
+async def _settled(spec: ToolSpec, answer: dict[str, Any] | Later) -> dict[str, Any]:
+    """A route's answer; a long call's (waiting for an exec) waited for with no thread held."""
+    if isinstance(answer, Later):
+        return _shown(spec, await answer.awaited.outcome())
+    return answer
+
+
+def _run(caller: Caller, spec: ToolSpec, arguments: dict[str, Any]) -> dict[str, Any] | Later:
     return _call_route(caller, spec, _route_arguments(caller, spec, arguments))
 
 
-def _call_route(caller: Caller, spec: ToolSpec, kwargs: dict[str, Any]) -> dict[str, Any]:
+def _call_route(caller: Caller, spec: ToolSpec, kwargs: dict[str, Any]) -> dict[str, Any] | Later:
     answer = ROUTES[spec.name](caller.http_request(), **kwargs)
+    if isinstance(answer, Later):
+        return answer  # a long call: see `_settled`
     if isinstance(answer, Status):
         answer = answer.value
     if spec.name == "sandbox_open":
@@ -296,7 +307,7 @@ async def _exec(
     ctx: ServerRequestContext[Any, Any], caller: Caller, spec: ToolSpec, arguments: dict[str, Any]
 ) -> dict[str, Any]:
     follower = _Follower(asyncio.get_running_loop())
-    running = asyncio.ensure_future(in_pool(_run_command, caller, spec, arguments, follower))
+    running = asyncio.ensure_future(_command(caller, spec, arguments, follower))
     running.add_done_callback(lambda _: follower.end())
     pump = asyncio.ensure_future(_report(ctx, follower))
     try:
@@ -312,9 +323,17 @@ async def _exec(
         pump.cancel()
 
 
-def _run_command(
+async def _command(
     caller: Caller, spec: ToolSpec, arguments: dict[str, Any], follower: _Follower
 ) -> dict[str, Any]:
+    """The command started in a thread, its end waited for with none."""
+    started = await in_pool(_run_command, caller, spec, arguments, follower)
+    return await started.outcome()
+
+
+def _run_command(
+    caller: Caller, spec: ToolSpec, arguments: dict[str, Any], follower: _Follower
+) -> Awaited[dict[str, Any]]:
     kwargs = _route_arguments(caller, spec, arguments)
     body: ExecIn = kwargs["body"]
     return execs.run_command(caller.principal, kwargs["sandbox_id"], body, follower)
@@ -349,12 +368,14 @@ async def _wait(
     record = await in_pool(selectors.exec_for, caller.principal, sandbox, kwargs["exec_id"])
     events = services.exec_events(record, 0)
     reported = 0
-    with anyio.move_on_after(body.timeout_seconds):
-        async for event in events:
-            if event["event"] == "chunk":
-                reported += 1
-                await ctx.session.report_progress(reported, None, event["text"])
-            elif event["event"] != "keepalive":
-                break
-    await events.aclose()
-    return await in_pool(_call_route, caller, spec, {**kwargs, "body": WaitIn(timeout_seconds=0)})
+    with long_call(sandbox.pipeline_id):
+        with anyio.move_on_after(body.timeout_seconds):
+            async for event in events:
+                if event["event"] == "chunk":
+                    reported += 1
+                    await ctx.session.report_progress(reported, None, event["text"])
+                elif event["event"] != "keepalive":
+                    break
+        await events.aclose()
+    final = await in_pool(_call_route, caller, spec, {**kwargs, "body": WaitIn(timeout_seconds=0)})
+    return await _settled(spec, final)

@@ -7,6 +7,7 @@ id, possibly out of order; subscriptions push chunk and exit events. Everything 
 dropped and opened again by any process at any time.
 """
 
+import concurrent.futures
 import hashlib
 import itertools
 import json
@@ -66,6 +67,20 @@ class _Pending:
     event: threading.Event = field(default_factory=threading.Event)
     message: dict[str, Any] | None = None
     error: BaseException | None = None
+    # Told the outcome from the reader thread, where a caller does not wait (see `ask`).
+    future: "concurrent.futures.Future[dict[str, Any]] | None" = None
+
+    def settle(self) -> None:
+        self.event.set()
+        if self.future is not None and not self.future.done():
+            if self.error is not None:
+                self.future.set_exception(self.error)
+            else:
+                assert self.message is not None
+                if self.message.get("ok"):
+                    self.future.set_result(self.message)
+                else:
+                    self.future.set_exception(_agent_error(self.message))
 
 
 class AgentChannel:
@@ -101,19 +116,8 @@ class AgentChannel:
         is missed); `on_slow` runs once if the answer takes longer than a moment (to let go
         of what a long wait should not hold, such as a database connection). Other keyword
         arguments are the request's fields."""
-        request_id = next(self._ids)
         pending = _Pending()
-        with self._lock:
-            if self.closed:
-                raise AgentGone(self._why())
-            self._pending[request_id] = pending
-            if on_event is not None:
-                self._subscribers[request_id] = on_event
-        line = json.dumps({"id": request_id, "op": op, **fields}, separators=(",", ":"))
-        try:
-            self._duplex.send(line.encode() + b"\n")
-        except OSError as error:
-            self._fail(N_("cannot write to the agent: %(error)s", error=error))
+        request_id = self._send(op, pending, on_event, fields)
         if on_slow is not None and not pending.event.wait(
             min(_SLOW_SECONDS, deadline or _SLOW_SECONDS)
         ):
@@ -138,6 +142,47 @@ class AgentChannel:
             raise _agent_error(pending.message)
         pending.message["_id"] = request_id
         return pending.message
+
+    def ask(
+        self,
+        op: str,
+        *,
+        on_event: Callable[[dict[str, Any]], None] | None = None,
+        **fields: Any,
+    ) -> tuple[int, "concurrent.futures.Future[dict[str, Any]]"]:
+        """Send a request without waiting: (its id, for `forget`; the future of its answer,
+        settled from the channel's reader thread: the answer, or the error it means)."""
+        pending = _Pending(future=concurrent.futures.Future())
+        request_id = self._send(op, pending, on_event, fields)
+        assert pending.future is not None
+        return request_id, pending.future
+
+    def forget(self, request_id: int) -> None:
+        """Stop waiting for a request's answer (nobody wants it any more)."""
+        with self._lock:
+            self._pending.pop(request_id, None)
+            self._subscribers.pop(request_id, None)
+
+    def _send(
+        self,
+        op: str,
+        pending: _Pending,
+        on_event: Callable[[dict[str, Any]], None] | None,
+        fields: dict[str, Any],
+    ) -> int:
+        request_id = next(self._ids)
+        with self._lock:
+            if self.closed:
+                raise AgentGone(self._why())
+            self._pending[request_id] = pending
+            if on_event is not None:
+                self._subscribers[request_id] = on_event
+        line = json.dumps({"id": request_id, "op": op, **fields}, separators=(",", ":"))
+        try:
+            self._duplex.send(line.encode() + b"\n")
+        except OSError as error:
+            self._fail(N_("cannot write to the agent: %(error)s", error=error))
+        return request_id
 
     def unsubscribe(self, subscription: int, exec_id: str) -> None:
         with self._lock:
@@ -203,7 +248,10 @@ class AgentChannel:
             pending = self._pending.pop(message.get("id", -1), None)
         if pending is not None:
             pending.message = message
-            pending.event.set()
+            if pending.future is not None and not message.get("ok"):
+                with self._lock:
+                    self._subscribers.pop(message.get("id", -1), None)
+            pending.settle()
 
     def _fail(self, reason: Message) -> None:
         with self._lock:
@@ -214,7 +262,7 @@ class AgentChannel:
             subscribers, self._subscribers = self._subscribers, {}
         for waiting in pending.values():
             waiting.error = AgentGone(reason)
-            waiting.event.set()
+            waiting.settle()
         for subscriber in subscribers.values():
             try:
                 subscriber({"event": "gone", "reason": str(reason)})

@@ -12,6 +12,7 @@ from sandboxes.services.compute import RunResult, run_code
 from sandboxes.services.execs import (
     ExecRequest,
     ExecWatch,
+    await_exec,
     clean_request,
     exec_chunks,
     exec_events,
@@ -19,6 +20,7 @@ from sandboxes.services.execs import (
     exec_output_bytes,
     kill_exec,
     run_exec,
+    start_exec,
     subscribe,
     wait_exec,
 )
@@ -64,6 +66,7 @@ __all__ = [
     "ResetResult",
     "RunResult",
     "WorkspaceUsage",
+    "await_exec",
     "boot",
     "clean_link",
     "clean_mode",
@@ -103,6 +106,7 @@ __all__ = [
     "restart_sandbox",
     "run_code",
     "run_exec",
+    "start_exec",
     "stat_file",
     "stdin_bytes",
     "subscribe",

@@ -8,6 +8,7 @@ output pushed as it comes, to its end.
 
 from sandboxes.services.execs.ending import finish_from_status
 from sandboxes.services.execs.reading import (
+    await_exec,
     exec_chunks,
     exec_output,
     exec_output_bytes,
@@ -22,13 +23,19 @@ from sandboxes.services.execs.requests import (
     clean_request,
     clean_session_name,
 )
-from sandboxes.services.execs.running import FRESH_SINCE_VERSION, ExecWatch, run_exec
+from sandboxes.services.execs.running import (
+    FRESH_SINCE_VERSION,
+    ExecWatch,
+    run_exec,
+    start_exec,
+)
 from sandboxes.services.execs.streaming import exec_events
 
 __all__ = [
     "FRESH_SINCE_VERSION",
     "ExecRequest",
     "ExecWatch",
+    "await_exec",
     "clean_cwd",
     "clean_env",
     "clean_request",
@@ -40,6 +47,7 @@ __all__ = [
     "finish_from_status",
     "kill_exec",
     "run_exec",
+    "start_exec",
     "subscribe",
     "wait_exec",
 ]

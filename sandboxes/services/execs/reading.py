@@ -7,12 +7,14 @@ from typing import Any
 
 from boxyard.actors import Actor
 from boxyard.errors import N_, BoxyardError, InvalidInput, InvalidState, NotFound
+from boxyard.later import Awaited, Get
 from boxyard.threads import release_connection
 from sandboxes.guard import acting_on
 from sandboxes.models import Exec, ExecState, State
 from sandboxes.runtime import answers
 from sandboxes.runtime.agent import AgentChannel, channel
 from sandboxes.services.execs.ending import finish_from_status, forgotten
+from sandboxes.services.shares import long_call
 
 _PAGE = 1024 * 1024
 
@@ -95,22 +97,51 @@ def exec_chunks(record: Exec, since_seq: int = 0) -> list[dict[str, Any]]:
 
 def wait_exec(record: Exec, timeout_seconds: float) -> Exec:
     """The exec once it has finished, or as it is when the timeout runs out."""
+    return await_exec(record, timeout_seconds, counted=False).block()
+
+
+def await_exec(record: Exec, timeout_seconds: float, *, counted: bool = True) -> Awaited[Exec]:
+    """`wait_exec` as a long call: the agent is asked here, and its answer waited for by
+    whoever holds the result (on the event loop, with no thread, or in place). A caller's
+    wait (`counted`) holds one of the pipeline's long calls meanwhile."""
     if record.state != ExecState.RUNNING:
-        return record
+        return Awaited.now(record)
     agent = _live_agent(record)
-    if agent is not None:
+    if agent is None:
+        return Awaited.now(_poll(record, timeout_seconds))
+    held = long_call(record.sandbox.pipeline_id) if counted else None
+    try:
+        request_id, answer = agent.ask(
+            "wait",
+            exec=str(record.id),
+            timeout=timeout_seconds,
+            limit=record.sandbox.pipeline.output_limit_bytes,
+        )
+    except BaseException:
+        if held is not None:
+            held.release()
+        raise
+    release_connection()  # not held while the agent is waited for
+
+    def finish(get: Get) -> Exec:
         try:
-            status = agent.call(
-                "wait",
-                deadline=timeout_seconds + 30,
-                on_slow=release_connection,
-                exec=str(record.id),
-                timeout=timeout_seconds,
-                limit=record.sandbox.pipeline.output_limit_bytes,
-            )
+            status = get()
         except NotFound:
             return forgotten(record)
         return finish_from_status(record, status)
+
+    return Awaited(
+        answer,
+        finish,
+        deadline=timeout_seconds + 30,
+        abandon=lambda: agent.forget(request_id),
+        held=held,
+        what="wait",
+    )
+
+
+def _poll(record: Exec, timeout_seconds: float) -> Exec:
+    """Wait for an exec that runs without the agent (its own request records its end)."""
     deadline = time.monotonic() + timeout_seconds
     while record.state == ExecState.RUNNING and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -11,6 +11,7 @@ the command started (see agent/contain.go).
 import logging
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 from uuid import UUID
 
@@ -27,6 +28,8 @@ from boxyard.errors import (
     NotFound,
     RuntimeFailure,
 )
+from boxyard.later import Awaited, Get
+from boxyard.slots import Held
 from boxyard.threads import release_connection
 from sandboxes.guard import acting_on
 from sandboxes.models import Exec, ExecState, Sandbox, ShellSession
@@ -37,11 +40,14 @@ from sandboxes.services import containers
 from sandboxes.services.execs.ending import announce, fail, finish_from_status
 from sandboxes.services.execs.oneshot import DEADLINE_GRACE_SECONDS, run_one_shot
 from sandboxes.services.execs.requests import ExecRequest
+from sandboxes.services.shares import long_call
 
 log = logging.getLogger(__name__)
 
 # Background execs are watched by the process that started them with waits this long.
 _WATCH_SECONDS = 300
+# Record the end of commands whose caller went away (a moment's work each, as they end).
+_RECORDERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="exec-end")
 # The agent's protocol version that runs fresh commands itself (older ones: an engine exec).
 FRESH_SINCE_VERSION = 2
 
@@ -66,11 +72,48 @@ def run_exec(
     watch: ExecWatch | None = None,
 ) -> Exec:
     """Run a command and return its record: finished for a foreground exec, running for a
-    background one. `watch` follows a foreground command through the agent as it runs.
+    background one. `watch` follows a foreground command through the agent as it runs."""
+    return start_exec(
+        sandbox, request, actor, holder=holder, epoch=epoch, watch=watch, counted=False
+    ).block()
+
+
+def start_exec(
+    sandbox: Sandbox,
+    request: ExecRequest,
+    actor: Actor,
+    *,
+    holder: str | None = None,
+    epoch: int | None = None,
+    watch: ExecWatch | None = None,
+    counted: bool = True,
+) -> Awaited[Exec]:
+    """`run_exec` as a long call: the command is recorded and sent to the agent here, and its
+    end waited for by whoever holds the result (on the event loop, with no thread, or in
+    place). A caller's foreground command (`counted`) holds one of the pipeline's long calls
+    while it runs.
 
     The lease is checked (and renewed) in the transaction that records the exec, so a holder
     that lost the lease never reaches the container.
     """
+    held = long_call(sandbox.pipeline_id) if counted and not request.background else None
+    try:
+        return _start(sandbox, request, actor, holder, epoch, watch, held)
+    except BaseException:
+        if held is not None:
+            held.release()
+        raise
+
+
+def _start(
+    sandbox: Sandbox,
+    request: ExecRequest,
+    actor: Actor,
+    holder: str | None,
+    epoch: int | None,
+    watch: ExecWatch | None,
+    held: Held | None,
+) -> Awaited[Exec]:
     with acting_on(sandbox, actor, N_("exec"), holder=holder, epoch=epoch) as acting:
         sandbox, lease = acting.sandbox, acting.lease
         assert lease is not None
@@ -103,8 +146,14 @@ def run_exec(
     if watch is not None:
         watch.started(record)
     if engine:
-        return run_one_shot(sandbox, record, request, actor)
-    return _run_in_agent(sandbox, record, request, init, actor, watch)
+        return _done(run_one_shot(sandbox, record, request, actor), held)
+    return _run_in_agent(sandbox, record, request, init, actor, watch, held)
+
+
+def _done(record: Exec, held: Held | None) -> Awaited[Exec]:
+    if held is not None:
+        held.release()
+    return Awaited.now(record)
 
 
 def session_init(sandbox: Sandbox, name: str) -> dict[str, Any]:
@@ -130,8 +179,9 @@ def _run_in_agent(
     request: ExecRequest,
     init: dict[str, Any] | None,
     actor: Actor,
-    watch: ExecWatch | None = None,
-) -> Exec:
+    watch: ExecWatch | None,
+    held: Held | None,
+) -> Awaited[Exec]:
     """Run in a session (`init` says how it starts if the agent does not have it yet), or
     fresh, outside any session, when `init` is None."""
     limit = sandbox.pipeline.output_limit_bytes
@@ -161,17 +211,58 @@ def _run_in_agent(
         payload["env"] = env
     agent = _agent(sandbox, record, actor)
     if init is None and agent.version < FRESH_SINCE_VERSION:
-        return run_one_shot(sandbox, record, request, actor)  # an agent older than fresh runs
+        # An agent older than fresh runs.
+        return _done(run_one_shot(sandbox, record, request, actor), held)
     wait = 10.0 if request.background else (request.timeout_seconds or 0) + DEADLINE_GRACE_SECONDS
     relay = None
     if watch is not None and not request.background:
         payload["watch"] = True  # the agent pushes the output to this run's own id
         relay = _relay(watch)
     try:
-        # A long command must not hold a database connection while it runs.
-        status = agent.call(
-            "run", deadline=wait, on_slow=release_connection, on_event=relay, **payload
-        )
+        request_id, answer = agent.ask("run", on_event=relay, **payload)
+    except (AgentGone, RuntimeFailure) as error:
+        raise _lost_container(sandbox, record, error, actor) from error
+    # A long command must not hold a database connection while it runs.
+    release_connection()
+
+    def finish(get: Get) -> Exec:
+        return _ran(sandbox, record, request, actor, get)
+
+    def abandon() -> None:
+        # Nobody waits any more, but the command runs on: its end is recorded when it comes,
+        # and the pipeline's long call is held until then.
+        answer.add_done_callback(lambda _: _RECORDERS.submit(_record_end, finish, answer, held))
+
+    return Awaited(
+        answer,
+        finish,
+        deadline=wait,
+        abandon=abandon,
+        forget=lambda: agent.forget(request_id),
+        held=held,
+        what="run",
+        goes_on=True,
+    )
+
+
+def _record_end(finish: Callable[[Get], Exec], answer: "Future[Any]", held: Held | None) -> None:
+    try:
+        finish(lambda: answer.result(timeout=0))
+    except BoxyardError:
+        pass  # recorded as the error says
+    except Exception:
+        log.exception("recording the end of an abandoned command failed")
+    finally:
+        if held is not None:
+            held.release()
+        db.connection.close()
+
+
+def _ran(sandbox: Sandbox, record: Exec, request: ExecRequest, actor: Actor, get: Get) -> Exec:
+    """The exec as the agent's answer to `run` leaves it."""
+    limit = sandbox.pipeline.output_limit_bytes
+    try:
+        status = get()
     except (AgentGone, RuntimeFailure) as error:
         raise _lost_container(sandbox, record, error, actor) from error
     except BoxyardError as error:
@@ -179,6 +270,7 @@ def _run_in_agent(
         raise
     if request.background:
         if status.get("finished"):  # it could not start at all
+            agent = channel(sandbox)
             return finish_from_status(
                 record, agent.call("status", exec=str(record.id), limit=limit)
             )

@@ -127,6 +127,7 @@ def extract_archive(
     fed = Fed(data, size)
     result = run_inside(sandbox, argv, actor, stdin=fed, deadline_seconds=deadline_for(size))
     if fed.ended_early:
+        fed.complete()
         raise UploadIncomplete(
             N_("the body ended after %(count)s of %(size)s bytes", count=fed.total, size=size)
         )

@@ -13,6 +13,7 @@ from django.conf import settings
 from boxyard.actors import Actor
 from boxyard.errors import (
     N_,
+    BoxyardError,
     Conflict,
     ContainerGone,
     InvalidInput,
@@ -46,8 +47,23 @@ class Fed:
         # The source ran out before the size said (a client that went away), as opposed to
         # an operation that stopped taking them (it failed).
         self.ended_early = False
+        # Why the source failed, when it says (a client that stopped sending: 408).
+        self.failure: BoxyardError | None = None
 
     def __iter__(self) -> Iterator[bytes]:
+        try:
+            yield from self._counted()
+        except BoxyardError as error:
+            self.failure = error
+            self.ended_early = True
+            raise
+
+    def complete(self) -> None:
+        """Raise what cut the source short, if it says (a client that stopped sending)."""
+        if self.failure is not None:
+            raise self.failure
+
+    def _counted(self) -> Iterator[bytes]:
         for chunk in self._chunks:
             chunk = chunk[: self._size - self.total]  # never more than the size said
             self.total += len(chunk)

@@ -59,6 +59,7 @@ def write_file(
     hashed = Fed([data] if isinstance(data, bytes) else data, size)
     result = _write(sandbox, target, permissions, overwrite, hashed, size, actor)
     if result.exit_code == scripts.INCOMPLETE:
+        hashed.complete()
         raise UploadIncomplete(
             N_(
                 "the body ended after %(count)s of %(size)s bytes",
