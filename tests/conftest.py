@@ -25,6 +25,63 @@ from tests.fakes import FakeRuntime
 DEPLOYMENT = f"test-{uuid.uuid4().hex[:8]}"
 
 
+# Tests whose subject is the same whichever database and broker serve Boxyard: the engine and
+# what runs in a sandbox, HTTP at the server's door, the dashboard's pages in a browser, pure
+# logic. CI runs them once, in the embedded mode (SQLite); its distributed half (PostgreSQL
+# and Redis) runs every other test again (.ci/run).
+SAME_IN_EVERY_MODE = frozenset(
+    {
+        "tests/test_browser.py",
+        "tests/test_browser_hosts.py",
+        "tests/test_browser_live.py",
+        "tests/test_browser_pages.py",
+        "tests/test_browser_tabs.py",
+        "tests/test_gate.py",
+        "tests/test_turns.py",
+        "tests/test_bodies.py",
+        "tests/test_settings.py",
+        "tests/test_layers.py",
+        "tests/test_languages.py",
+        "tests/test_languages_pages.py",
+        "tests/test_errors_localized.py",
+        "tests/test_fakes.py",
+        "tests/api/test_raw_files.py",
+        "tests/api/test_archives.py",
+        "tests/api/test_schemathesis.py",
+        "tests/api/test_authz_matrix.py",
+        "tests/api/test_mcp_servers.py",
+        "tests/api/test_mcp_sessions.py",
+        "tests/security/test_agent.py",
+        "tests/security/test_hardening.py",
+        "tests/security/test_limits.py",
+        "tests/security/test_memory.py",
+        "tests/security/test_processes.py",
+        "tests/security/test_web_api_auth.py",
+        "tests/security/test_web_csp.py",
+        "tests/security/test_web_login.py",
+        "tests/security/test_web_paths.py",
+        "tests/security/test_web_websocket_origin.py",
+        "tests/sandboxes/test_agentfiles.py",
+        "tests/sandboxes/test_engine_restart.py",
+        "tests/sandboxes/test_images.py",
+        "tests/sandboxes/test_runtime.py",
+        "tests/sandboxes/test_charts.py",
+    }
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "same_in_every_mode: run once by CI, not again on PostgreSQL and Redis"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid.split("::")[0] in SAME_IN_EVERY_MODE:
+            item.add_marker(pytest.mark.same_in_every_mode)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _deployment_label() -> None:
     settings.BOXYARD_DEPLOYMENT = DEPLOYMENT

@@ -161,19 +161,34 @@ def test_waiting_calls_hold_no_thread_and_are_capped_per_pipeline(
     wait_url = f"{server.url}/api/v1/sandboxes/{sandbox}/execs/{started['exec_id']}/wait"
     answers: list[int] = []
 
-    def wait_forever() -> None:
+    def call(method: str, url: str, body: dict[str, Any]) -> None:
         try:
-            answer = httpx.post(wait_url, headers=auth, json={"timeout_seconds": 60}, timeout=90)
+            answer = httpx.request(method, url, headers=auth, json=body, timeout=90)
             answers.append(answer.status_code)
         except httpx.HTTPError:
             answers.append(0)
 
+    # A stream of the exec's output and a command in the foreground are long calls too.
+    stream = httpx.Client(headers=auth, timeout=90)
+    events = stream.stream(
+        "GET", f"{server.url}/api/v1/sandboxes/{sandbox}/execs/{started['exec_id']}/stream"
+    )
+    assert events.__enter__().status_code == 200
+    foreground = threading.Thread(
+        target=call,
+        args=("POST", f"{server.url}/api/v1/sandboxes/{sandbox}/exec", {"cmd": "sleep 30"}),
+        daemon=True,
+    )
+    foreground.start()
     # More waits than the whole request pool has threads.
-    waiting = [threading.Thread(target=wait_forever, daemon=True) for _ in range(THREADS + 2)]
+    waiting = [
+        threading.Thread(target=call, args=("POST", wait_url, {"timeout_seconds": 60}), daemon=True)
+        for _ in range(THREADS + 2)
+    ]
     for thread in waiting:
         thread.start()
     # Past the pipeline's cap, a wait is refused with Retry-After.
-    wait_for(lambda: answers.count(429) == len(waiting) - LONG_CALLS, 20)
+    wait_for(lambda: answers.count(429) == len(waiting) - (LONG_CALLS - 2), 20)
     refused = httpx.post(wait_url, headers=auth, json={"timeout_seconds": 60}, timeout=30)
     assert refused.status_code == 429
     assert refused.json()["error"]["code"] == "too_many_requests"
@@ -189,6 +204,8 @@ def test_waiting_calls_hold_no_thread_and_are_capped_per_pipeline(
     assert time.monotonic() - other_started < 2
     # The attacker's own short calls still run too.
     assert httpx.get(f"{server.url}/api/v1/sandboxes", headers=auth, timeout=10).is_success
+    events.__exit__(None, None, None)
+    stream.close()
 
 
 def test_a_wait_whose_client_went_away_gives_its_long_call_back(
