@@ -143,6 +143,13 @@ async def _identify(scope: Scope) -> tuple[str, int | None]:
     return f"address:{client[0]}", None
 
 
+def _kept_pipeline(token: str) -> int | None:
+    from pipelines.selectors import kept_principal
+
+    principal = kept_principal(token)
+    return principal.pipeline.pk if principal is not None and principal.pipeline else None
+
+
 def _pipeline_of(token: str) -> int | None:
     from pipelines.selectors import principal_for_token
 

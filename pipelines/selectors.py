@@ -65,6 +65,13 @@ def principal_for_token(token: str) -> Principal | None:
     return principal
 
 
+def kept_principal(token: str) -> "Principal | None":
+    """The pipeline a token acts for as this process knows it now, without a query (None:
+    not known, or no longer); see `principal_for_token`."""
+    kept = _principals.get(hash_token(token))
+    return kept[1] if kept is not None and kept[0] > time.monotonic() else None
+
+
 def forget_principals(**_: object) -> None:
     """Drop every kept token answer (a token or a pipeline changed)."""
     _principals.clear()

@@ -1,0 +1,256 @@
+#!/usr/bin/env python
+"""Another pipeline's latency while one pipeline (or a caller without a token) attacks the
+server they share, and the server's memory and disk before, during and after.
+
+A served Boxyard as `bin/run` serves it (`manage.py serve`: uvicorn with the embedded worker,
+SQLite) on a throw-away data directory. Two pipelines: the victim, a bot that lists its
+sandboxes and runs `true` in its sandbox every 0.25 s, and the attacker. The victim's p50 and
+p99 are measured quiet, then during each attack, in the same run:
+
+- `bodies`: callers without a token send 2 GiB bodies to `POST /sandboxes/open` as fast as the
+  server takes them, and the attacker's token keeps 16 uploads open sending a byte a second;
+- `waits`: the attacker keeps 300 fire-and-forget `POST …/execs/{id}/wait` (timeout 900 s)
+  going, each client gone after one second, as issue 26 found them holding every thread;
+- `rows`: the attacker runs commands printing 1 MB each, 4 at a time, and reads each back.
+
+The server runs with its defaults (the rate limit among them: the victim's 8 calls a second are
+within it). The attacker runs in a process of its own (its CPU is not the victim's). The server's resident
+memory (its process, /proc) and the disk it wrote (the data directory and its temporary
+directory) are read before, at the end of each attack, and 60 s after the last. Nothing is
+asserted: it prints the figures and the ratio of each phase's p50 and p99 to the quiet ones
+(the target: within 2x).
+
+    .venv/bin/python bench/bench_tenants.py [--seconds 30] [--after 60] [--phases bodies,waits,rows]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import socket
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+from bench_api import manage, served, server_env
+from bench_core import DEFAULT_IMAGE, Stats, remove_deployment
+
+CHAT = {"launcher_type": "bench", "launcher_id": "1"}
+PACE_SECONDS = 0.25
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def disk_mb(*roots: Path) -> float:
+    total = 0
+    for root in roots:
+        for path in root.rglob("*"):
+            try:
+                if path.is_file():
+                    total += path.stat().st_size
+            except OSError:
+                pass
+    return total / 1024 / 1024
+
+
+def victim(url: str, token: str, sandbox: str, seconds: float) -> tuple[Stats, Stats]:
+    """The quiet bot: (list, exec) latencies over `seconds`, one call of each every 0.25 s."""
+    listing, running = Stats("list"), Stats("exec")
+    headers = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=url, headers=headers, timeout=120) as client:
+        ends = time.monotonic() + seconds
+        while time.monotonic() < ends:
+            began = time.monotonic()
+            answer = client.get("/api/v1/sandboxes")
+            listing.add(time.monotonic() - began)
+            assert answer.status_code == 200, answer.text
+            began = time.monotonic()
+            answer = client.post(f"/api/v1/sandboxes/{sandbox}/exec", json={"cmd": ["true"]})
+            running.add(time.monotonic() - began)
+            assert answer.status_code == 200, answer.text
+            time.sleep(max(0.0, PACE_SECONDS - (time.monotonic() - began)))
+    return listing, running
+
+
+# --- the attacks, each in a process of its own ---------------------------------------------------
+
+
+def _forever(stop: Any, work: Any, count: int) -> None:
+    def loop() -> None:
+        while not stop.is_set():
+            try:
+                work()
+            except Exception:
+                time.sleep(0.05)
+
+    threads = [threading.Thread(target=loop, daemon=True) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    stop.wait()
+
+
+def attack_bodies(url: str, token: str, sandbox: str, stop: Any) -> None:
+    host, port = url.removeprefix("http://").split(":")
+    junk = b"x" * 65536
+
+    def big() -> None:
+        with socket.create_connection((host, int(port)), timeout=5) as sock:
+            sock.sendall(
+                b"POST /api/v1/sandboxes/open HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                b"Content-Type: application/json\r\nContent-Length: 2147483648\r\n\r\n"
+            )
+            try:
+                for _ in range(32768):
+                    sock.sendall(junk)
+            except OSError:
+                pass  # closed by the server: start again
+
+    def slow() -> None:
+        with socket.create_connection((host, int(port)), timeout=120) as sock:
+            sock.sendall(
+                f"PUT /api/v1/sandboxes/{sandbox}/files/raw?path=slow.bin HTTP/1.1\r\n"
+                f"Host: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
+                "Content-Length: 1000000\r\n\r\n".encode()
+            )
+            try:
+                while not stop.is_set():
+                    sock.sendall(b"x")
+                    time.sleep(1)
+            except OSError:
+                pass
+
+    threading.Thread(target=_forever, args=(stop, slow, 16), daemon=True).start()
+    _forever(stop, big, 8)
+
+
+def attack_waits(url: str, token: str, sandbox: str, stop: Any) -> None:
+    headers = {"Authorization": f"Bearer {token}"}
+    started = httpx.post(
+        f"{url}/api/v1/sandboxes/{sandbox}/exec",
+        headers=headers,
+        json={"cmd": "sleep 3600", "background": True},
+        timeout=60,
+    ).json()
+    wait_url = f"{url}/api/v1/sandboxes/{sandbox}/execs/{started['exec_id']}/wait"
+
+    def wait() -> None:
+        try:
+            httpx.post(wait_url, headers=headers, json={"timeout_seconds": 900}, timeout=1)
+        except httpx.TimeoutException:
+            pass
+
+    _forever(stop, wait, 300)
+
+
+def attack_rows(url: str, token: str, sandbox: str, stop: Any) -> None:
+    headers = {"Authorization": f"Bearer {token}"}
+    client = httpx.Client(base_url=url, headers=headers, timeout=120)
+
+    def flood() -> None:
+        client.post(
+            f"/api/v1/sandboxes/{sandbox}/exec",
+            json={"cmd": "head -c 1000000 /dev/zero | tr '\\0' a"},
+        )
+
+    _forever(stop, flood, 4)
+
+
+ATTACKS = {"bodies": attack_bodies, "waits": attack_waits, "rows": attack_rows}
+
+
+def open_sandbox(url: str, token: str, slug: str) -> str:
+    answer = httpx.post(
+        f"{url}/api/v1/sandboxes/open",
+        headers={"Authorization": f"Bearer {token}"},
+        json={"pipeline": slug, "variables": CHAT},
+        timeout=180,
+    )
+    answer.raise_for_status()
+    return str(answer.json()["sandbox_id"])
+
+
+def row(name: str, stats: tuple[Stats, Stats], quiet: tuple[Stats, Stats] | None) -> str:
+    cells = [f"{name:<10}"]
+    for index, measured in enumerate(stats):
+        p50, _, p99 = measured.percentiles()
+        cells.append(f"{measured.name} p50 {p50:7.1f} ms p99 {p99:7.1f} ms")
+        if quiet is not None:
+            q50, _, q99 = quiet[index].percentiles()
+            cells.append(f"({p50 / q50:4.1f}x, {p99 / q99:4.1f}x)")
+    return "  ".join(cells)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=30, help="each phase's length")
+    parser.add_argument("--after", type=float, default=60, help="seconds watched after")
+    parser.add_argument("--phases", default="bodies,waits,rows")
+    parser.add_argument("--image", default=DEFAULT_IMAGE)
+    args = parser.parse_args()
+    deployment = f"bench-{uuid.uuid4().hex[:8]}"
+    spawn = multiprocessing.get_context("spawn")
+    with tempfile.TemporaryDirectory(prefix="bench-tenants-") as scratch:
+        data_dir = Path(scratch) / "data"
+        spool = Path(scratch) / "tmp"
+        data_dir.mkdir()
+        spool.mkdir()
+        env = server_env(data_dir, deployment)
+        env["TMPDIR"] = str(spool)
+        manage(env, "migrate", "--verbosity", "0")
+        tokens = {
+            slug: manage(env, "create_pipeline", slug, "--image", args.image, "--print-token")
+            .strip()
+            .splitlines()[-1]
+            for slug in ("victim", "attacker")
+        }
+        try:
+            with served(env, data_dir, embedded_worker=True) as server:
+                url, pid = server.base_url, server.process.pid
+                mine = open_sandbox(url, tokens["victim"], "victim")
+                theirs = open_sandbox(url, tokens["attacker"], "attacker")
+                print(f"server RSS {rss_mb(pid):.0f} MB, disk {disk_mb(data_dir, spool):.1f} MB")
+                quiet = victim(url, tokens["victim"], mine, args.seconds)
+                print(row("quiet", quiet, None), flush=True)
+                for phase in args.phases.split(","):
+                    stop = spawn.Event()
+                    attacker = spawn.Process(
+                        target=ATTACKS[phase], args=(url, tokens["attacker"], theirs, stop)
+                    )
+                    attacker.start()
+                    time.sleep(2)  # the attack under way
+                    during = victim(url, tokens["victim"], mine, args.seconds)
+                    memory, disk = rss_mb(pid), disk_mb(data_dir, spool)
+                    stop.set()
+                    attacker.join(30)
+                    if attacker.is_alive():
+                        attacker.kill()
+                    print(
+                        row(phase, during, quiet) + f"  RSS {memory:.0f} MB disk {disk:.1f} MB",
+                        flush=True,
+                    )
+                time.sleep(args.after)
+                print(
+                    f"{args.after:.0f} s after: RSS {rss_mb(pid):.0f} MB, "
+                    f"disk {disk_mb(data_dir, spool):.1f} MB"
+                )
+                after = victim(url, tokens["victim"], mine, min(args.seconds, 10))
+                print(row("after", after, quiet))
+        finally:
+            import docker
+            import docker.utils
+
+            api = docker.APIClient(version="auto", timeout=120, **docker.utils.kwargs_from_env())
+            remove_deployment(api, deployment)
+
+
+if __name__ == "__main__":
+    main()
