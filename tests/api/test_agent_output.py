@@ -85,6 +85,11 @@ def test_a_flood_of_output_leaves_the_agent_and_its_sessions_alive(
     kept_bytes = FLOOD * EACH - sum(dropped)
     assert 0 < kept_bytes <= budget, dropped
 
+    # A command in the foreground that prints past the budget is told its start went.
+    loud = support.call("post", f"{base}/exec", {"cmd": f"yes | head -c {2 * budget}"}).json()
+    assert loud["exit_code"] == 0 and loud["stdout_truncated"], loud["error"]
+    assert "bytes of output were dropped" in loud["error"], loud["error"]
+
     # A command that wants more memory than the sandbox has is what the kernel kills.
     hog = support.call(
         "post",
