@@ -8,10 +8,9 @@ import (
 	"sync"
 )
 
-const (
-	maxFinished      = 500      // finished execs kept for late readers; the oldest go first
-	finishedBytesCap = 64 << 20 // output of finished execs kept in all, oldest dropped first
-)
+// Finished execs kept for late readers; the oldest go first. Their output is kept within the
+// budget of all output (budget.go), oldest first.
+const maxFinished = 500
 
 // Agent holds everything the daemon knows; every field is guarded by mu.
 type Agent struct {
@@ -19,15 +18,16 @@ type Agent struct {
 	sessions      map[string]*Session
 	execs         map[string]*Exec
 	finishedOrder []*Exec
-	finishedBytes int
+	output        *budget
 	processes     map[string]*Process
 	shellPath     string
 	shellName     string
 	baseEnv       []string
 }
 
-func newAgent() *Agent {
+func newAgent(outputBytes int) *Agent {
 	a := &Agent{
+		output:    newBudget(outputBytes),
 		sessions:  map[string]*Session{},
 		execs:     map[string]*Exec{},
 		processes: map[string]*Process{},
@@ -64,6 +64,9 @@ func (a *Agent) register(e *Exec) error {
 		return fail("bad_request", "exec id "+e.id+" is already in use")
 	}
 	a.execs[e.id] = e
+	e.mu.Lock()
+	e.budget = a.output
+	e.mu.Unlock()
 	go func() {
 		<-e.done
 		a.retire(e)
@@ -71,22 +74,17 @@ func (a *Agent) register(e *Exec) error {
 	return nil
 }
 
-// retire keeps a finished exec for late readers, within the caps.
+// retire keeps a finished exec for late readers, within the cap; what it kept of its output
+// stays within the budget of all output.
 func (a *Agent) retire(e *Exec) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	e.mu.Lock()
-	size := e.keptBytes
-	e.mu.Unlock()
 	a.finishedOrder = append(a.finishedOrder, e)
-	a.finishedBytes += size
-	for len(a.finishedOrder) > maxFinished || (a.finishedBytes > finishedBytesCap && len(a.finishedOrder) > 1) {
+	for len(a.finishedOrder) > maxFinished {
 		oldest := a.finishedOrder[0]
 		a.finishedOrder = a.finishedOrder[1:]
-		oldest.mu.Lock()
-		a.finishedBytes -= oldest.keptBytes
-		oldest.mu.Unlock()
 		delete(a.execs, oldest.id)
+		a.output.release(oldest)
 	}
 }
 

@@ -88,10 +88,13 @@ func asSandbox(tag uint32) *syscall.SysProcAttr {
 }
 
 // commandOOMScore is the out-of-memory killer's score adjustment of everything the agent
-// starts. Within a sandbox's memory limit the kernel ends the process with the highest score,
-// so a command that runs out of memory is what ends: never the agent that keeps the sessions,
-// nor the container's init or the engine's bridges, which keep the engine's default.
-const commandOOMScore = 500
+// starts: the highest there is. Within a sandbox's memory limit the kernel ends the process
+// with the highest score, its share of the memory plus its adjustment, so every command
+// (whose score is 1000 and more) is ended before the agent that keeps the sessions (whose
+// score is its share, never 1000: its output is bounded by its budget), or the container's
+// init and the engine's bridges, which keep the engine's default. The agent cannot go below
+// that default (it has no CAP_SYS_RESOURCE), only the commands above it.
+const commandOOMScore = 1000
 
 // forkPatience is how long a start refused for want of room is tried again.
 const forkPatience = 2 * time.Second

@@ -14,7 +14,8 @@ import (
 const defaultKeep = 16 << 20 // output kept per exec unless the run asks for another amount
 
 // Exec is one command and its output: chunks numbered from 1 in the order they were read,
-// kept up to `keep` bytes (beyond that they are counted as dropped, never renumbered).
+// kept up to `keep` bytes (beyond that they are counted as dropped, never renumbered), and
+// within the sandbox's budget for all output (budget.go: past it the oldest chunks go).
 type Exec struct {
 	id         string
 	session    string
@@ -22,11 +23,15 @@ type Exec struct {
 	started    time.Time
 
 	mu          sync.Mutex
-	chunks      []chunk
-	keptBytes   int
+	chunks      []chunk // those kept, in order, numbered without gaps up to lastSeq
+	lastSeq     int
+	held        int // bytes of the chunks kept now
+	keptBytes   int // bytes taken in all, against `keep`
 	keptStderr  int
 	keep        int
-	dropped     int
+	dropped     int // bytes never kept: past `keep`, or past the budget itself
+	evicted     int // bytes kept, then dropped (oldest first) to stay within the budget
+	budget      *budget
 	bytes       map[string]int
 	pid         int
 	finished    bool
@@ -122,7 +127,7 @@ func (e *Exec) statusLocked() reply {
 	r := reply{
 		"exec": e.id, "session": e.session, "background": e.background, "pid": e.pid,
 		"finished": e.finished, "stdout_bytes": e.bytes["stdout"], "stderr_bytes": e.bytes["stderr"],
-		"last_seq": len(e.chunks), "dropped_bytes": e.dropped,
+		"last_seq": e.lastSeq, "dropped_bytes": e.dropped + e.evicted, "evicted_bytes": e.evicted,
 	}
 	if e.finished {
 		r["exit_code"] = e.exitCode

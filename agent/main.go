@@ -3,8 +3,10 @@
 // main process, as root with only the capabilities to act on the sandbox user's processes;
 // everything it starts runs as the sandbox user (see contain.go).
 //
-//	boxyard-agent serve --user UID:GID   the daemon; it listens on a unix socket on a
-//	                                     root-only tmpfs
+//	boxyard-agent serve --user UID:GID [--output-bytes N]
+//	                                     the daemon; it listens on a unix socket on a
+//	                                     root-only tmpfs, and keeps at most N bytes of its
+//	                                     commands' output in all (budget.go)
 //	boxyard-agent bridge                 joins stdin and stdout to the daemon (root)
 //	boxyard-agent terminal ID -- ARGV... a program on the exec's terminal, as the sandbox user,
 //	                                     whose processes all end with the terminal (root)
@@ -32,6 +34,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 )
@@ -129,15 +132,16 @@ func ensureStateDir() error {
 
 func serve(args []string) int {
 	syscall.Umask(0o022)
-	if len(args) != 2 || args[0] != "--user" {
-		fmt.Fprintln(os.Stderr, "usage: boxyard-agent serve --user UID:GID")
+	user, outputBytes, err := serveArgs(args)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "boxyard-agent: %v\nusage: boxyard-agent serve --user UID:GID [--output-bytes N]\n", err)
 		return 2
 	}
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "boxyard-agent: serve runs as root, over the sandbox user's processes")
 		return 1
 	}
-	if err := setSandboxUser(args[1]); err != nil {
+	if err := setSandboxUser(user); err != nil {
 		fmt.Fprintf(os.Stderr, "boxyard-agent: %v\n", err)
 		return 2
 	}
@@ -145,7 +149,7 @@ func serve(args []string) int {
 		fmt.Fprintf(os.Stderr, "boxyard-agent: %v\n", err)
 		return 1
 	}
-	if err := writeReadable(filepath.Join(stateDir, "user"), []byte(args[1])); err != nil {
+	if err := writeReadable(filepath.Join(stateDir, "user"), []byte(user)); err != nil {
 		fmt.Fprintf(os.Stderr, "boxyard-agent: %v\n", err)
 		return 1
 	}
@@ -167,7 +171,7 @@ func serve(args []string) int {
 	os.Chmod(socketPath, 0o600)
 	startReaper()
 	warmThreads(8)
-	agent := newAgent()
+	agent := newAgent(outputBytes)
 	for {
 		conn, err := listener.AcceptUnix()
 		if err != nil {
@@ -179,4 +183,24 @@ func serve(args []string) int {
 		}
 		go agent.serveConn(conn)
 	}
+}
+
+// serveArgs reads `--user UID:GID [--output-bytes N]`.
+func serveArgs(args []string) (user string, outputBytes int, err error) {
+	for i := 0; i+1 < len(args); i += 2 {
+		switch args[i] {
+		case "--user":
+			user = args[i+1]
+		case "--output-bytes":
+			if outputBytes, err = strconv.Atoi(args[i+1]); err != nil || outputBytes <= 0 {
+				return "", 0, fmt.Errorf("--output-bytes must be a positive number, not %q", args[i+1])
+			}
+		default:
+			return "", 0, fmt.Errorf("unknown option %q", args[i])
+		}
+	}
+	if user == "" || len(args)%2 != 0 {
+		return "", 0, errors.New("serve needs --user UID:GID")
+	}
+	return user, outputBytes, nil
 }

@@ -29,31 +29,99 @@ func (e *Exec) append(stream string, data []byte) {
 		return
 	}
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	e.bytes[stream] += len(data)
 	room := e.keep - e.keptBytes
 	if stream == "stderr" && e.keptStderr < stderrReserve {
 		// A flood on stdout does not hide what the command says on stderr (its last words).
 		room = maxInt(room, stderrReserve-e.keptStderr)
 	}
-	if room <= 0 {
-		e.dropped += len(data)
-		return
-	}
+	room = maxInt(room, 0)
 	if len(data) > room {
 		e.dropped += len(data) - room
 		data = data[:room]
 	}
-	c := chunk{seq: len(e.chunks) + 1, stream: stream, data: append([]byte(nil), data...)}
-	e.chunks = append(e.chunks, c)
-	e.keptBytes += len(c.data)
+	// Counted against the exec's own cap now, so its two streams never both take the same room.
+	e.keptBytes += len(data)
 	if stream == "stderr" {
-		e.keptStderr += len(c.data)
+		e.keptStderr += len(data)
 	}
+	b := e.budget
+	e.mu.Unlock()
+	if len(data) == 0 {
+		return
+	}
+	if b == nil {
+		e.keep1(stream, data)
+		return
+	}
+	b.add(e, stream, data) // within the sandbox's budget for all output
+}
+
+// keep1 keeps a chunk (a copy of data), numbers it and hands it to the subscribers.
+func (e *Exec) keep1(stream string, data []byte) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.lastSeq++
+	c := chunk{seq: e.lastSeq, stream: stream, data: append([]byte(nil), data...)}
+	e.chunks = append(e.chunks, c)
+	e.held += len(c.data)
 	for s := range e.subscribers {
 		s.conn.send(chunkEvent(s.id, e.id, c))
 	}
 	e.signalLocked()
+	return c.seq
+}
+
+// evictFirst drops the exec's oldest kept chunk, if it is chunk seq (the budget's oldest);
+// its bytes are counted as dropped. It answers the chunk's size.
+func (e *Exec) evictFirst(seq int) (int, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.chunks) == 0 || e.chunks[0].seq != seq {
+		return 0, false
+	}
+	size := len(e.chunks[0].data)
+	e.chunks[0] = chunk{}
+	e.chunks = e.chunks[1:]
+	e.held -= size
+	e.evicted += size
+	return size, true
+}
+
+// forget lets go of every kept chunk (the agent lets the exec go): how many, and their bytes.
+func (e *Exec) forget() (chunks, size int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	chunks, size = len(e.chunks), e.held
+	e.chunks, e.held = nil, 0
+	return chunks, size
+}
+
+func (e *Exec) holds(seq int) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.index(seq) >= 0
+}
+
+// index is where chunk seq is in e.chunks, or -1 if it is not kept. Kept chunks are in order,
+// numbered without gaps from the first kept one.
+func (e *Exec) index(seq int) int {
+	if len(e.chunks) == 0 {
+		return -1
+	}
+	i := seq - e.chunks[0].seq
+	if i < 0 || i >= len(e.chunks) {
+		return -1
+	}
+	return i
+}
+
+// after is the index of the first kept chunk after sinceSeq.
+func (e *Exec) after(sinceSeq int) int {
+	if len(e.chunks) == 0 {
+		return 0
+	}
+	return maxInt(sinceSeq-e.chunks[0].seq+1, 0)
 }
 
 func (e *Exec) signalLocked() {
@@ -68,7 +136,7 @@ func (e *Exec) waitBeyond(sinceSeq int, limit time.Duration, stop <-chan struct{
 	defer timer.Stop()
 	for {
 		e.mu.Lock()
-		ready := len(e.chunks) > sinceSeq || e.finished
+		ready := e.lastSeq > sinceSeq || e.finished
 		changed := e.changed
 		e.mu.Unlock()
 		if ready {
@@ -89,6 +157,7 @@ func chunkEvent(sub uint64, id string, c chunk) reply {
 }
 
 // output answers chunks after sinceSeq, at most maxBytes of them (but always one, if any).
+// Chunks the budget dropped are skipped: the first answered may come after a gap.
 func (e *Exec) output(sinceSeq, maxBytes int) reply {
 	if maxBytes <= 0 {
 		maxBytes = defaultOutput
@@ -97,7 +166,7 @@ func (e *Exec) output(sinceSeq, maxBytes int) reply {
 	defer e.mu.Unlock()
 	var list []reply
 	size := 0
-	for i := sinceSeq; i >= 0 && i < len(e.chunks); i++ {
+	for i := e.after(sinceSeq); sinceSeq >= 0 && i < len(e.chunks); i++ {
 		c := e.chunks[i]
 		if len(list) > 0 && size+len(c.data) > maxBytes {
 			break
@@ -130,7 +199,7 @@ func (e *Exec) head(limit int) (stdout, stderr []byte) {
 func (e *Exec) subscribe(c *conn, sub uint64, sinceSeq int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for i := sinceSeq; i >= 0 && i < len(e.chunks); i++ {
+	for i := e.after(sinceSeq); sinceSeq >= 0 && i < len(e.chunks); i++ {
 		c.send(chunkEvent(sub, e.id, e.chunks[i]))
 	}
 	if e.finished {

@@ -125,6 +125,8 @@ class ExecOutput(_Chunked):
     done: bool
     status: str = ""
     exit_code: int | None = None
+    # Bytes of the output no longer kept (chunk numbers skip them).
+    dropped_bytes: int = 0
 
 
 @dataclass(frozen=True)

@@ -363,6 +363,11 @@ BOXYARD_AGENT_BINARY = env_str(
 # (the engine on this machine, Boxyard as root); off, or elsewhere, through the engine's execs.
 BOXYARD_AGENT_DIRECT = env_bool("BOXYARD_AGENT_DIRECT", True)
 BOXYARD_EXEC_KEEP_BYTES = env_int("BOXYARD_EXEC_KEEP_BYTES", 16 * 1024 * 1024, minimum=1024)
+# Output an agent keeps in all, for all the commands of its sandbox (running, or finished and
+# not yet let go); past it the oldest goes. Never more than the sandbox's memory limit / 16.
+BOXYARD_AGENT_OUTPUT_BYTES = env_int(
+    "BOXYARD_AGENT_OUTPUT_BYTES", 32 * 1024 * 1024, minimum=64 * 1024
+)
 # The bearer token a Prometheus scraper sends to /metrics (admins' sessions work too).
 BOXYARD_METRICS_TOKEN = env_str("BOXYARD_METRICS_TOKEN", "")
 # Default cap on what one file read returns.

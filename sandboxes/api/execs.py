@@ -87,8 +87,8 @@ def exec_output(
 ) -> dict[str, Any]:
     who = principal(request)
     record = selectors.exec_for(who, selectors.sandbox_for(who, sandbox_id), exec_id)
-    chunks, record = services.exec_output(record, query.since_seq, query.max_bytes)
-    return {"chunks": chunks, **progress_out(record)}
+    chunks, record, dropped = services.exec_output(record, query.since_seq, query.max_bytes)
+    return {"chunks": chunks, **progress_out(record), "dropped_bytes": dropped}
 
 
 @router.get(

@@ -81,6 +81,8 @@ class ContainerSpec:
     # capabilities to act on the sandbox user's processes); without it the container sleeps
     # as `user` and every command is an engine exec.
     agent: str | None = None
+    # What the agent keeps of its commands' output in all (bytes; None: the agent's default).
+    agent_output_bytes: int | None = None
 
 
 @dataclass(frozen=True)

@@ -83,6 +83,13 @@ class ExecOutputOut(Schema):
     done: bool
     status: str
     exit_code: int | None
+    dropped_bytes: int = Field(
+        description="Bytes of the command's output no longer kept, which no chunk will carry: "
+        "past what the sandbox keeps of one command (BOXYARD_EXEC_KEEP_BYTES), dropped oldest "
+        "first when what it keeps of all its commands is full (BOXYARD_AGENT_OUTPUT_BYTES), "
+        "or, once the sandbox has stopped, past the start its record holds. Chunk numbers "
+        "skip what was dropped."
+    )
 
 
 class WaitIn(Schema):

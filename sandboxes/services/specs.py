@@ -104,7 +104,14 @@ def build_spec(
         tmp_mb=pipeline.tmp_mb,
         network=pipeline.network_enabled,
         agent=agent_path,
+        agent_output_bytes=agent_output_bytes(pipeline.memory_mb) if agent_path else None,
     )
+
+
+def agent_output_bytes(memory_mb: int) -> int:
+    """What the agent keeps of its commands' output in all: BOXYARD_AGENT_OUTPUT_BYTES, and
+    never more than a sixteenth of the sandbox's memory (the agent's memory is the sandbox's)."""
+    return min(settings.BOXYARD_AGENT_OUTPUT_BYTES, memory_mb * 1024 * 1024 // 16)
 
 
 def _skill_mounts(pipeline: Pipeline) -> tuple[Mount, ...]:

@@ -28,7 +28,10 @@ def test_host_config_is_hardened(sandbox, docker_engine) -> None:
     # sandbox user's processes; every command runs as the sandbox user, with nothing.
     assert host["CapDrop"] == ["ALL"] and sorted(host["CapAdd"]) == ["KILL", "SETGID", "SETUID"]
     assert data["Config"]["User"] == "0:0"
-    assert data["Config"]["Cmd"] == ["/.boxyard/boxyard-agent", "serve", "--user", "10001:10001"]
+    # What it keeps of its commands' output in all: 32 MiB (a sixteenth of 1 GiB is more).
+    assert data["Config"]["Cmd"] == [
+        "/.boxyard/boxyard-agent", "serve", "--user", "10001:10001", "--output-bytes", "33554432"
+    ]  # fmt: skip
     assert host["Privileged"] is False
     assert host["ReadonlyRootfs"] is True
     assert "no-new-privileges:true" in host["SecurityOpt"]
@@ -133,13 +136,13 @@ def test_the_out_of_memory_killer_takes_a_command_before_the_agent(
     sandbox, bot, docker_engine
 ) -> None:
     score = "cat /proc/self/oom_score_adj"
-    assert sh(sandbox, bot, score).stdout == "500\n"  # in the session's shell
+    assert sh(sandbox, bot, score).stdout == "1000\n"  # in the session's shell
     fresh = services.clean_request(sandbox, cmd=score, one_shot=True)
-    assert services.run_exec(sandbox, fresh, bot).stdout == "500\n"
+    assert services.run_exec(sandbox, fresh, bot).stdout == "1000\n"
     # Many starts at once: each one's child gets the command's score, the agent keeps its own.
     with ThreadPoolExecutor(8) as pool:
         scores = list(pool.map(lambda _: services.run_exec(sandbox, fresh, bot).stdout, range(24)))
-    assert scores == ["500\n"] * 24
+    assert scores == ["1000\n"] * 24
     agent = docker_engine.exec(
         sandbox.container_id,
         [
@@ -151,7 +154,7 @@ def test_the_out_of_memory_killer_takes_a_command_before_the_agent(
         user=ROOT,
     )
     name, own = agent.stdout.decode().split()
-    assert name == "boxyard-agent" and int(own) < 500
+    assert name == "boxyard-agent" and int(own) < 1000
 
 
 def test_skills_are_mounted_read_only_unless_rw(

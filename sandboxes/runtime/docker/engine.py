@@ -249,6 +249,8 @@ class DockerRuntime(ExecsMixin, EventsMixin, DirectMixin, CarryMixin):
     def ensure_container(self, spec: ContainerSpec) -> ContainerInfo:
         if spec.agent:
             command, user = [spec.agent, "serve", "--user", spec.user], ROOT
+            if spec.agent_output_bytes:
+                command += ["--output-bytes", str(spec.agent_output_bytes)]
         else:
             command, user = KEEPALIVE, spec.user
         try:

@@ -43,6 +43,11 @@ def finish_from_status(record: Exec, status: dict[str, Any]) -> Exec:
         notes.append(
             "the command ended its shell; the session was started again with its last state"
         )
+    if not record.background and (evicted := answers.count(status.get("evicted_bytes"))):
+        notes.append(
+            f"its first {evicted} bytes of output were dropped: the sandbox was keeping all "
+            "the output its commands may keep (BOXYARD_AGENT_OUTPUT_BYTES)"
+        )
     if left := answers.count(status.get("left_running")):
         deadline = (
             f"end when its timeout ({record.timeout_seconds} s) passes"

@@ -3,7 +3,7 @@ for its end, killing it. While its sandbox runs, the agent knows it; after, its 
 
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from boxyard.actors import Actor
 from boxyard.errors import N_, BoxyardError, InvalidInput, InvalidState, NotFound
@@ -19,11 +19,19 @@ from sandboxes.services.shares import long_call
 _PAGE = 1024 * 1024
 
 
-def exec_output(
-    record: Exec, since_seq: int = 0, max_bytes: int | None = None
-) -> tuple[list[dict[str, Any]], Exec]:
+class ExecOutput(NamedTuple):
+    """A page of an exec's output: its chunks, the exec as it is now, and how many bytes of
+    its output are no longer kept anywhere (see `dropped_bytes` in the schema)."""
+
+    chunks: list[dict[str, Any]]
+    record: Exec
+    dropped_bytes: int
+
+
+def exec_output(record: Exec, since_seq: int = 0, max_bytes: int | None = None) -> ExecOutput:
     """An exec's output as chunks numbered from 1: those after `since_seq` (the last seen),
-    at most about `max_bytes` of them; and the exec as it is now."""
+    at most about `max_bytes` of them; and the exec as it is now. What the agent no longer
+    keeps (its budget of all output was full, oldest first) is skipped, and counted."""
     agent = _live_agent(record)
     if agent is not None:
         try:
@@ -41,10 +49,16 @@ def exec_output(
                 except NotFound:
                     status = answer  # let go by the agent meanwhile: its end, as just read
                 record = finish_from_status(record, status)
-            return chunks, record
+            return ExecOutput(chunks, record, answers.count(answer.get("dropped_bytes")))
     elif record.state == ExecState.RUNNING and record.background:
         record = forgotten(record)
-    return exec_chunks(record, since_seq), record
+    return ExecOutput(exec_chunks(record, since_seq), record, _not_stored(record))
+
+
+def _not_stored(record: Exec) -> int:
+    """What its record does not hold of a finished exec's output (it holds the start)."""
+    held = [(record.stdout_bytes, record.stdout), (record.stderr_bytes, record.stderr)]
+    return sum(max(0, size - len(text.encode("utf-8", "surrogatepass"))) for size, text in held)
 
 
 def exec_output_bytes(record: Exec, stream: object = "stdout") -> Iterator[bytes]:

@@ -242,7 +242,7 @@ def test_an_exec_the_agent_let_go_between_two_reads_still_ends(sandbox, bot, mon
         raise NotFound(f"no exec {record.id} in this sandbox")
 
     monkeypatch.setattr(reading, "_status", let_go)
-    chunks, ended = services.exec_output(
+    chunks, ended, _ = services.exec_output(
         Exec.objects.select_related("sandbox__pipeline").get(pk=record.pk)
     )
     assert [chunk["text"] for chunk in chunks] == ["done\n"]

@@ -197,7 +197,7 @@ def test_background_exec_output_arrives_in_order_to_every_poller(sandbox, bot) -
         seqs, out, err, last = [], [], [], 0
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            chunks, current = services.exec_output(record, since_seq=last, max_bytes=64)
+            chunks, current, _ = services.exec_output(record, since_seq=last, max_bytes=64)
             for chunk in chunks:
                 seqs.append(chunk["seq"])
                 (out if chunk["stream"] == "stdout" else err).append(chunk["text"])
@@ -227,7 +227,7 @@ def test_background_output_beyond_the_inline_cap_is_all_kept(
     assert record.stdout_truncated and len(record.stdout) == 4096 and record.stdout_bytes == 300000
     text, last = "", 0
     while True:
-        chunks, _ = services.exec_output(record, since_seq=last)
+        chunks, _, _ = services.exec_output(record, since_seq=last)
         if not chunks:
             break
         text += "".join(chunk["text"] for chunk in chunks)
