@@ -112,3 +112,22 @@ func gzipError(err error) error {
 	}
 	return err
 }
+
+// zipEnd refuses a zip followed by anything: its last record, the end of its central
+// directory (22 bytes, then its comment), must end the file. (A zip reader looks for that
+// record near the end and takes what follows it for granted.)
+func zipEnd(file io.ReaderAt, size int64, comment string) error {
+	length := int64(22 + len(comment))
+	if size < length {
+		return &refusal{"(archive)", "is not a zip archive"}
+	}
+	record := make([]byte, length)
+	if _, err := file.ReadAt(record, size-length); err != nil {
+		return err
+	}
+	said := int(record[20]) | int(record[21])<<8
+	if string(record[:4]) != "PK\x05\x06" || said != len(comment) || string(record[22:]) != comment {
+		return &refusal{"(archive)", "has data after the end of the zip archive"}
+	}
+	return nil
+}

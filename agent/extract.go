@@ -13,8 +13,8 @@ package main
 // put a file where PATH has a directory (or the reverse). Refused as "(archive)": a tar that
 // ends without its end-of-archive blocks, or with anything but zeros after them, a gzip
 // stream without its trailer or with a wrong CRC or length, or followed by anything but
-// another gzip stream; the archive is read to its end to check. A full disk is said as "No
-// space left on device".
+// another gzip stream, a zip followed by anything; the archive is read to its end to check.
+// A full disk is said as "No space left on device".
 
 import (
 	"archive/tar"
@@ -212,6 +212,9 @@ func (x *extraction) readZip(in io.Reader) error {
 	archive, err := zip.NewReader(file, size)
 	if err != nil {
 		return &refusal{"(archive)", "truncated or not a zip archive: " + err.Error()}
+	}
+	if err := zipEnd(file, size, archive.Comment); err != nil {
+		return err
 	}
 	for _, entry := range archive.File {
 		mode := entry.Mode()

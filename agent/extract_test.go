@@ -168,7 +168,18 @@ func TestAZipNameWithBackslashesIsTakenAsAPath(t *testing.T) {
 			t.Fatalf("%s: refused %q, left %v", name, refused, leftIn(t, root))
 		}
 	}
-	root, refused := extractTo(t, "zip", zipOf(`dir\file.txt`))
+	root, refused := extractTo(t, "zip", append(zipOf("a.txt"), []byte("garbage")...))
+	if !strings.Contains(refused, "after the end of the zip") || len(leftIn(t, root)) != 0 {
+		t.Fatalf("garbage after a zip: refused %q, left %v", refused, leftIn(t, root))
+	}
+	var commented bytes.Buffer
+	out := zip.NewWriter(&commented)
+	out.SetComment("a comment")
+	out.Close()
+	if _, refused := extractTo(t, "zip", commented.Bytes()); refused != "" {
+		t.Fatalf("a zip with a comment: refused %q", refused)
+	}
+	root, refused = extractTo(t, "zip", zipOf(`dir\file.txt`))
 	if got, _ := os.ReadFile(filepath.Join(root, "dir", "file.txt")); refused != "" || string(got) != "x" {
 		t.Fatalf("refused %q, dir/file.txt holds %q", refused, got)
 	}

@@ -204,6 +204,11 @@ def test_an_archive_merges_into_a_directory_that_exists(support: Bot, bot: Any, 
     assert done.status_code == 201 and done.json()["size_bytes"] == 4
     merged = run(box, bot, "cat in/a.txt in/sub/mine.txt in/sub/b.txt").stdout
     assert merged == "newmineb"  # the file replaced, the directory merged
+    # Several gzip streams one after the other are one archive, as gzip has it.
+    whole = tar_of((entry("more.txt"), b"more"))
+    data = gzip.compress(whole[:700]) + gzip.compress(whole[700:])
+    done = support.client.put(url(box, path="in", format="tar.gz"), data, content_type="x/y")
+    assert done.status_code == 201 and run(box, bot, "cat in/more.txt").stdout == "more"
     # Without a format, a directory goes out as tar.gz.
     default = content(support.client.get(url(box, path="in")))
     assert default[:2] == b"\x1f\x8b"
@@ -232,6 +237,10 @@ def _damaged() -> dict[str, tuple[str, bytes, str]]:
     packed = gzip.compress(whole)
     bad_crc = bytearray(packed)
     bad_crc[-8] ^= 0xFF
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("fine.txt", "fine")
+    zipped = buffer.getvalue()
     return {
         # format, data, what the refusal says
         "tar cut between entries": ("tar", whole[:1024], "end-of-archive"),
@@ -240,6 +249,7 @@ def _damaged() -> dict[str, tuple[str, bytes, str]]:
         "gzip with a wrong CRC": ("tar.gz", bytes(bad_crc), "CRC"),
         "garbage after the tar": ("tar", whole + b"garbage", "after the end of the tar"),
         "garbage after the gzip": ("tar.gz", packed + b"garbage!!!!!", "after the end of the gzip"),
+        "garbage after the zip": ("zip", zipped + b"garbage", "after the end of the zip"),
     }
 
 

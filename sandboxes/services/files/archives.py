@@ -9,7 +9,7 @@ also with "\\" in a zip, a link out, a device, a FIFO, too many entries or bytes
 stream, a full disk) leaves nothing behind, not even the directory made for it, and the refusal
 names the entry. The archive is read to its end and checked there: a tar without its end blocks
 or with data after them, a gzip stream without its trailer, with a wrong CRC or with data after
-it are refused as "(archive)".
+it, a zip with data after it are refused as "(archive)".
 """
 
 import json
