@@ -86,8 +86,8 @@ detach() { for dev in $(losetup -j "$1" -n -O NAME 2>/dev/null); do losetup -d "
 for old in /disks/*.img; do
   [ -f "$old" ] || continue
   was=${old##*/}; was=${was%.img}
+  [ ! "$old" -ef "/disks/names/$was" ] || continue  # renamed already (no process forked)
   img=$(file_of "$was")
-  [ ! "$old" -ef "$img" ] || continue
   # Made under the old name only, or made again there by an earlier version after it removed
   # the disk this one knew (that one is gone, then).
   if [ -f "$img" ]; then detach "$img"; rm -f "$img"; fi
@@ -224,8 +224,7 @@ class WorkspaceDisks:
         volumes = {volume["Name"] for volume in self.api.volumes().get("Volumes") or []}
         removed = []
         for line in lines[1:]:
-            changed, _, path = line.partition(" ")
-            name = path.rsplit("/", 1)[-1].removesuffix(".img")
+            changed, _, name = line.partition(" ")
             if name not in volumes and now - int(changed) >= older_than_seconds:
                 self._run("remove", name)
                 removed.append(name)
