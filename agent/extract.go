@@ -5,16 +5,21 @@ package main
 // Reads an archive from stdin into the directory PATH under /workspace, as the sandbox user.
 // Everything is first extracted into a new directory beside the entries it will join
 // (PATH/.boxyard-extract.PID), checked, and only then moved into place; a refused archive
-// leaves nothing behind. Refused, naming the entry: an absolute name or one with "..", a
-// symlink whose target leaves PATH (or that points at another of the archive's symlinks on its
-// way), a hardlink to anything but a file the archive made before, devices, FIFOs, a name met
-// twice, more than MAX_ENTRIES entries or MAX_BYTES bytes expanded, a truncated archive, an
-// entry that would put a file where PATH has a directory (or the reverse). A full disk is said
-// as "No space left on device".
+// leaves nothing behind (not even PATH and its parents, when the extraction made them).
+// Refused, naming the entry: an absolute name or one with ".." (in a zip, "\" separates too),
+// a symlink whose target leaves PATH (or that points at another of the archive's symlinks on
+// its way), a hardlink to anything but a file the archive made before, devices, FIFOs, a name
+// met twice, more than MAX_ENTRIES entries or MAX_BYTES bytes expanded, an entry that would
+// put a file where PATH has a directory (or the reverse). Refused as "(archive)": a tar that
+// ends without its end-of-archive blocks, or with anything but zeros after them, a gzip
+// stream without its trailer or with a wrong CRC or length, or followed by anything but
+// another gzip stream, a zip followed by anything; the archive is read to its end to check.
+// A full disk is said as "No space left on device".
 
 import (
 	"archive/tar"
 	"archive/zip"
+	"bufio"
 	"compress/gzip"
 	"encoding/json"
 	"errors"
@@ -63,20 +68,29 @@ func extract(args []string) int {
 	if !strings.HasPrefix(args[0]+"/", "/workspace/") {
 		return verdictOutside
 	}
-	// The directories to make are made inside /workspace only (makeWorkspaceDir).
-	root, code, err := makeWorkspaceDir(args[0])
+	// The directories to make are made inside /workspace only (makeWorkspaceDir); a refused
+	// archive takes them away again, and only them.
+	root, made, code, err := makeWorkspaceDir(args[0])
+	if err == nil && code == 0 {
+		err = extractInto(root, args[1], os.Stdin, maxCount, maxBytes)
+	}
+	if err != nil || code != 0 {
+		unmake(made)
+	}
 	if err != nil {
 		return extractFailed(err)
 	}
-	if code != 0 {
-		return code
-	}
+	return code
+}
+
+// extractInto extracts the archive read from `in` into the directory root (see the top).
+func extractInto(root, format string, in io.Reader, maxCount int, maxBytes int64) error {
 	stage := filepath.Join(root, fmt.Sprintf(".boxyard-extract.%d", os.Getpid()))
 	if err := os.Mkdir(stage, 0o700); err != nil {
-		return extractFailed(err)
+		return err
 	}
 	x := &extraction{stage: stage, maxCount: maxCount, maxBytes: maxBytes, made: map[string]fs.FileMode{}}
-	err = x.read(args[1])
+	err := x.read(format, in)
 	if err == nil {
 		err = x.checkLinks()
 	}
@@ -87,11 +101,20 @@ func extract(args []string) int {
 		err = x.moveInto(root)
 	}
 	os.RemoveAll(stage)
-	if err != nil {
-		return extractFailed(err)
+	if err == nil {
+		json.NewEncoder(os.Stdout).Encode(map[string]int64{"entries": int64(x.count), "bytes": x.bytes})
 	}
-	json.NewEncoder(os.Stdout).Encode(map[string]int64{"entries": int64(x.count), "bytes": x.bytes})
-	return 0
+	return err
+}
+
+// unmake removes the directories an extraction made, the deepest first, while they are
+// empty (something else may have put an entry in one meanwhile: it stays).
+func unmake(made []string) {
+	for i := len(made) - 1; i >= 0; i-- {
+		if os.Remove(made[i]) != nil {
+			return
+		}
+	}
 }
 
 func extractFailed(err error) int {
@@ -108,27 +131,36 @@ func extractFailed(err error) int {
 	return 1
 }
 
-func (x *extraction) read(format string) error {
+func (x *extraction) read(format string, in io.Reader) error {
 	switch format {
 	case "zip":
-		return x.readZip()
+		return x.readZip(in)
 	case "tar.gz":
-		unzipped, err := gzip.NewReader(os.Stdin)
+		// A ByteReader, so that the gzip reader reads no further than its stream: what
+		// follows is left here to be looked at.
+		buffered := bufio.NewReader(in)
+		unzipped, err := gzip.NewReader(buffered)
 		if err != nil {
 			return &refusal{"(archive)", "not a gzip stream: " + err.Error()}
 		}
-		return x.readTar(unzipped)
+		unzipped.Multistream(false)
+		return x.readTar(&gzipStream{buffered, unzipped})
 	default:
-		return x.readTar(os.Stdin)
+		return x.readTar(in)
 	}
 }
 
-func (x *extraction) readTar(r io.Reader) error {
-	archive := tar.NewReader(r)
+func (x *extraction) readTar(in io.Reader) error {
+	stream := &tarStream{r: in}
+	archive := tar.NewReader(stream)
 	for {
 		header, err := archive.Next()
 		if err == io.EOF {
-			return nil
+			return x.endTar(stream)
+		}
+		var refused *refusal
+		if errors.As(err, &refused) {
+			return err
 		}
 		if err != nil {
 			return &refusal{"(archive)", "truncated or not a tar archive: " + err.Error()}
@@ -161,7 +193,7 @@ func (x *extraction) readTar(r io.Reader) error {
 	}
 }
 
-func (x *extraction) readZip() error {
+func (x *extraction) readZip(in io.Reader) error {
 	// A zip's directory is at its end: the archive is kept in the stage first (it counts
 	// against the workspace like any file), then read from there.
 	kept := filepath.Join(x.stage, ".archive.zip")
@@ -173,7 +205,7 @@ func (x *extraction) readZip() error {
 		file.Close()
 		os.Remove(kept)
 	}()
-	size, err := io.Copy(file, os.Stdin)
+	size, err := io.Copy(file, in)
 	if err != nil {
 		return err
 	}
@@ -181,11 +213,14 @@ func (x *extraction) readZip() error {
 	if err != nil {
 		return &refusal{"(archive)", "truncated or not a zip archive: " + err.Error()}
 	}
+	if err := zipEnd(file, size, archive.Comment); err != nil {
+		return err
+	}
 	for _, entry := range archive.File {
 		mode := entry.Mode()
 		var kind fs.FileMode
 		switch {
-		case mode.IsDir() || strings.HasSuffix(entry.Name, "/"):
+		case mode.IsDir() || strings.HasSuffix(entry.Name, "/") || strings.HasSuffix(entry.Name, `\`):
 			kind = fs.ModeDir
 		case mode&fs.ModeSymlink != 0:
 			kind = fs.ModeSymlink
@@ -219,7 +254,13 @@ func (x *extraction) zipEntry(entry *zip.File, kind fs.FileMode) error {
 		}
 		link = string(target)
 	}
-	err = x.entry(entry.Name, kind, link, entry.Mode().Perm(), entry.Modified, body)
+	// A zip's names are said with "/" only, but some makers write "\" (a Windows path):
+	// taken as "/", so that "..\..\x" climbs out, and is refused, like any other.
+	name := strings.ReplaceAll(entry.Name, `\`, "/")
+	if _, reason := cleanName(name); reason != "" {
+		return &refusal{entry.Name, reason}
+	}
+	err = x.entry(name, kind, link, entry.Mode().Perm(), entry.Modified, body)
 	if err != nil && (errors.Is(err, zip.ErrChecksum) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, zip.ErrFormat)) {
 		return &refusal{entry.Name, "is truncated or corrupt"}
 	}

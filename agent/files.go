@@ -69,7 +69,7 @@ func put(args []string) int {
 		return refuse(out, verdictOutside, target+" is outside /workspace")
 	}
 	dir, name := filepath.Split(target)
-	real, code, err := makeWorkspaceDir(filepath.Clean(dir))
+	real, _, code, err := makeWorkspaceDir(filepath.Clean(dir))
 	if errors.Is(err, syscall.ENOTDIR) {
 		return refuse(out, verdictNotDirectory, "a parent of "+target+" is not a directory")
 	}
@@ -155,24 +155,32 @@ func place(temp, target string, overwrite bool) error {
 
 // makeWorkspaceDir makes a directory under /workspace with its parents, making nothing
 // outside: the deepest part that exists is resolved first (a symlink on the way may lead
-// elsewhere). It answers the directory resolved, or a verdict, or the error that stopped
-// the making (a full disk, a file on the way).
-func makeWorkspaceDir(dir string) (string, int, error) {
+// elsewhere). It answers the directory resolved and the directories it made (the highest
+// first), or a verdict, or the error that stopped the making (a full disk, a file on the way).
+func makeWorkspaceDir(dir string) (string, []string, int, error) {
 	existing := dir
+	var missing []string
 	for {
 		if _, err := os.Lstat(existing); err == nil {
 			break
 		}
+		missing = append(missing, existing)
 		existing = filepath.Dir(existing)
 	}
 	if _, code := workspaceDir(existing); code != 0 {
-		return "", code, nil
+		return "", nil, code, nil
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", 0, err
+	var made []string
+	for i := len(missing) - 1; i >= 0; i-- {
+		err := os.Mkdir(missing[i], 0o755)
+		if err == nil {
+			made = append(made, missing[i])
+		} else if !errors.Is(err, os.ErrExist) { // made meanwhile by someone else: not ours
+			return "", made, 0, err
+		}
 	}
 	real, code := workspaceDir(dir)
-	return real, code, nil
+	return real, made, code, nil
 }
 
 // get: boxyard-agent get PATH START LENGTH [IDENTITY]

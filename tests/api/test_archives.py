@@ -2,6 +2,7 @@
 real engine. A tree goes out as tar, tar.gz and zip and comes back in elsewhere whole; every
 hostile archive is refused with a 400 naming its entry, and leaves nothing behind."""
 
+import gzip
 import io
 import tarfile
 import zipfile
@@ -203,6 +204,11 @@ def test_an_archive_merges_into_a_directory_that_exists(support: Bot, bot: Any, 
     assert done.status_code == 201 and done.json()["size_bytes"] == 4
     merged = run(box, bot, "cat in/a.txt in/sub/mine.txt in/sub/b.txt").stdout
     assert merged == "newmineb"  # the file replaced, the directory merged
+    # Several gzip streams one after the other are one archive, as gzip has it.
+    whole = tar_of((entry("more.txt"), b"more"))
+    data = gzip.compress(whole[:700]) + gzip.compress(whole[700:])
+    done = support.client.put(url(box, path="in", format="tar.gz"), data, content_type="x/y")
+    assert done.status_code == 201 and run(box, bot, "cat in/more.txt").stdout == "more"
     # Without a format, a directory goes out as tar.gz.
     default = content(support.client.get(url(box, path="in")))
     assert default[:2] == b"\x1f\x8b"
@@ -223,3 +229,73 @@ def test_the_dashboard_downloads_a_directory_as_a_zip(
         assert archive.read("a.txt") == b"one"
     refused = admin.get(f"/sandboxes/{box.pk}/files/archive", {"path": "/etc"})
     assert refused.status_code == 400 and 'role="alert"' in refused.content.decode()
+
+
+def _damaged() -> dict[str, tuple[str, bytes, str]]:
+    whole = tar_of((entry("fine.txt"), b"fine"))
+    assert whole[1024:] == bytes(len(whole) - 1024)  # one entry, then the end blocks and padding
+    packed = gzip.compress(whole)
+    bad_crc = bytearray(packed)
+    bad_crc[-8] ^= 0xFF
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("fine.txt", "fine")
+    zipped = buffer.getvalue()
+    return {
+        # format, data, what the refusal says
+        "tar cut between entries": ("tar", whole[:1024], "end-of-archive"),
+        "tar.gz cut between entries": ("tar.gz", gzip.compress(whole[:1024]), "end-of-archive"),
+        "gzip without its trailer": ("tar.gz", packed[:-8], "truncated"),
+        "gzip with a wrong CRC": ("tar.gz", bytes(bad_crc), "CRC"),
+        "garbage after the tar": ("tar", whole + b"garbage", "after the end of the tar"),
+        "garbage after the gzip": ("tar.gz", packed + b"garbage!!!!!", "after the end of the gzip"),
+        "garbage after the zip": ("zip", zipped + b"garbage", "after the end of the zip"),
+    }
+
+
+@pytest.mark.parametrize("case", list(_damaged()))
+def test_a_damaged_archive_is_refused_whole_and_leaves_nothing(
+    case: str, support: Bot, bot: Any, box: Any
+) -> None:
+    form, data, reason = _damaged()[case]
+    run(box, bot, "mkdir -p in && printf keep > in/kept")
+    refused = support.client.put(url(box, path="in", format=form), data, content_type="x/y")
+    assert refused.status_code == 400, refused.content
+    error = refused.json()["error"]
+    assert (error["field"], error["entry"]) == ("archive", "(archive)")
+    assert reason in error["message"], error["message"]
+    assert names(box, bot) == ["./kept"]
+
+
+def test_a_zip_entry_that_climbs_out_with_backslashes_is_refused(
+    support: Bot, bot: Any, box: Any
+) -> None:
+    run(box, bot, "mkdir -p in")
+    for name in ("..\\..\\x", "a\\..\\..\\x"):
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w") as archive:
+            archive.writestr("fine.txt", "fine")
+            archive.writestr(name, "x")
+        refused = support.client.put(
+            url(box, path="in", format="zip"), buffer.getvalue(), content_type="x/y"
+        )
+        assert refused.status_code == 400, refused.content
+        assert refused.json()["error"]["entry"] == name
+        assert '".."' in refused.json()["error"]["message"]
+        assert names(box, bot) == []
+
+
+def test_a_refused_archive_takes_away_the_directories_it_made(
+    support: Bot, bot: Any, box: Any
+) -> None:
+    run(box, bot, "mkdir -p have")
+    hostile = tar_of((entry("fine.txt"), b"fine"), (entry("../evil"), b"x"))
+    refused = support.client.put(
+        url(box, path="have/new/deeper", format="tar"), hostile, content_type="x/y"
+    )
+    assert refused.status_code == 400, refused.content
+    assert run(box, bot, "find have new 2>/dev/null; true").stdout == "have\n"
+    truncated = tar_of((entry("fine.txt"), b"fine"))[:1024]
+    refused = support.client.put(url(box, path="new", format="tar"), truncated, content_type="x/y")
+    assert refused.status_code == 400, refused.content
+    assert run(box, bot, "ls -d new 2>/dev/null; true").stdout == ""

@@ -232,12 +232,13 @@ def test_the_reconciler_deletes_a_disk_whose_volume_was_removed_outside(
 
     sandbox = attacked(workspace_mb=16)
     services.close_sandbox(sandbox, bot)  # its container goes, its workspace stays
-    image = f"/disks/{sandbox.volume_name}.img"
-    assert image in in_keeper(docker_engine, "ls /disks/*.img")
+    image = in_keeper(docker_engine, f"readlink -f /disks/names/{sandbox.volume_name}").strip()
+    assert image in in_keeper(docker_engine, "ls /disks/images/*.img")
     docker_engine.api.remove_volume(sandbox.volume_name, force=True)  # not through Boxyard
     done = reconcile(grace_seconds=0)
     assert sandbox.volume_name in done.disks_removed
-    assert image not in in_keeper(docker_engine, "ls /disks/*.img 2>/dev/null; true")
+    assert image not in in_keeper(docker_engine, "ls /disks/images/*.img 2>/dev/null; true")
+    assert sandbox.volume_name not in in_keeper(docker_engine, "ls /disks/names")
     assert sandbox.volume_name not in in_keeper(docker_engine, "losetup -a")
 
 

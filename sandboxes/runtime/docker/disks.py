@@ -9,7 +9,8 @@ the host never gives a workspace more than its size.
 
 Everything goes through the Docker API, so it works on a remote engine too: the disk files
 live in one volume of the engine's (`boxyard-disks`), and one long-lived helper container
-per engine, the keeper, makes, attaches, grows and removes them. The keeper may only make
+per engine, the keeper, makes, attaches, grows and removes them. Their files have random names
+(see SCRIPT): the kernel shows every sandbox the name of each loop device's file. The keeper may only make
 loop devices and attach files to them (CAP_SYS_ADMIN, CAP_MKNOD, block devices of major 7
 and /dev/loop-control); it has no network and runs nothing but the script below, by exec.
 
@@ -54,17 +55,21 @@ ATTEMPTS = 3
 # argv: op name [size-mib owner idle]. Runs as root in the keeper, one at a time per engine
 # (flock). `ensure` prints the loop device the disk is attached to and its size; `list` the
 # keeper's clock, then each disk's last change and name.
+#
+# A disk's file has a random name that tells nothing, /disks/images/<32 hex>.img, and is
+# attached by that name: anyone may read the name of a loop device's file in
+# /sys/block/loop*/loop/backing_file, sandboxes too, and a workspace's name is its sandbox's
+# id. The symlink /disks/names/<workspace> finds it. Disks were once named after their
+# workspace (/disks/<workspace>.img): such a disk is renamed at the keeper's next operation,
+# attached or not (the kernel shows the name a file has now). That name stays as a second link
+# to the file, made for new disks too, so that a Boxyard of an earlier version sharing the
+# engine (during a rolling upgrade) finds the same disk; it never attaches a disk by it.
 SCRIPT = r"""
 set -eu
 trap '[ $? -ne 0 ] || echo "=end"' EXIT
 op=$1; name=$2
 case $name in ''|*[!A-Za-z0-9_.-]*) echo "bad disk name: $name" >&2; exit 2;; esac
-if [ "$op" = list ]; then
-  date +%s
-  for img in /disks/*.img; do [ -f "$img" ] && stat -c '%Y %n' "$img"; done
-  exit 0
-fi
-img=/disks/$name.img
+mkdir -p /disks/images /disks/names
 exec 9>>/disks/.lock
 flock 9
 # A keeper started anew (with its engine) has a fresh /dev: without a node for each loop
@@ -75,17 +80,46 @@ for sys in /sys/block/loop[0-9]*; do
   n=${sys##*/loop}
   [ -b "/dev/loop$n" ] || mknod "/dev/loop$n" b 7 "$n" 2>/dev/null || :
 done
+random() { od -An -N16 -tx1 /dev/urandom | tr -d ' \n'; }
+file_of() { t=$(readlink "/disks/names/$1" 2>/dev/null) || t=none.img; echo "/disks/images/${t##*/}"; }
+detach() { for dev in $(losetup -j "$1" -n -O NAME 2>/dev/null); do losetup -d "$dev" || :; done; }
+for old in /disks/*.img; do
+  [ -f "$old" ] || continue
+  was=${old##*/}; was=${was%.img}
+  [ ! "$old" -ef "/disks/names/$was" ] || continue  # renamed already (no process forked)
+  img=$(file_of "$was")
+  # Made under the old name only, or made again there by an earlier version after it removed
+  # the disk this one knew (that one is gone, then).
+  if [ -f "$img" ]; then detach "$img"; rm -f "$img"; fi
+  img=/disks/images/$(random).img
+  ln -sfn "../images/${img##*/}" "/disks/names/$was"
+  mv "$old" "$img"
+  ln "$img" "$old"
+done
+if [ "$op" = list ]; then
+  date +%s
+  for link in /disks/names/*; do
+    [ -L "$link" ] || continue
+    changed=$(stat -L -c %Y "$link" 2>/dev/null || stat -c %Y "$link")
+    echo "$changed ${link##*/}"
+  done
+  exit 0
+fi
+img=$(file_of "$name")
+old=/disks/$name.img
 attached() { losetup -j "$img" -n -O NAME 2>/dev/null | head -n 1; }
 case $op in
 ensure)
   mib=$3; owner=$4; idle=$5
   if [ ! -f "$img" ]; then
-    rm -f "$img.new"
+    img=/disks/images/$(random).img
+    ln -sfn "../images/${img##*/}" "/disks/names/$name"
     truncate -s "${mib}M" "$img.new"
     mkfs.ext4 -q -F -m 0 -L workspace -E "root_owner=$owner,assume_storage_prezeroed=1" "$img.new" >&2
     debugfs -w -R "rmdir lost+found" "$img.new" >/dev/null 2>&1 || :
     mv "$img.new" "$img"
   fi
+  [ -f "$old" ] || ln "$img" "$old"
   dev=$(attached)
   if [ "$idle" = 1 ] && [ $((mib * 1048576)) -gt "$(stat -c %s "$img")" ]; then
     # Asked to be larger while nothing mounts it: detach, grow, attach again.
@@ -106,8 +140,8 @@ ensure)
   echo "$dev $(stat -c %s "$img")"
   ;;
 remove)
-  for dev in $(losetup -j "$img" -n -O NAME 2>/dev/null); do losetup -d "$dev" || :; done
-  rm -f "$img" "$img.new"
+  [ ! -f "$img" ] || detach "$img"
+  rm -f "$img" "$img.new" "$old" "/disks/names/$name"
   ;;
 *) echo "unknown op $op" >&2; exit 2;;
 esac
@@ -190,8 +224,7 @@ class WorkspaceDisks:
         volumes = {volume["Name"] for volume in self.api.volumes().get("Volumes") or []}
         removed = []
         for line in lines[1:]:
-            changed, _, path = line.partition(" ")
-            name = path.rsplit("/", 1)[-1].removesuffix(".img")
+            changed, _, name = line.partition(" ")
             if name not in volumes and now - int(changed) >= older_than_seconds:
                 self._run("remove", name)
                 removed.append(name)

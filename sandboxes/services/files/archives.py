@@ -5,8 +5,11 @@ Both run in the sandbox as the sandbox user (`boxyard-agent archive` and `extrac
 hostile archive is parsed within the sandbox's own CPU, memory and disk limits, never in
 Boxyard's process. An extraction happens in a directory of its own beside its destination and
 moves into place only once every entry has passed; a refused archive (an absolute name, "..",
-a link out, a device, a FIFO, too many entries or bytes, a truncated stream, a full disk)
-leaves nothing behind, and the refusal names the entry.
+also with "\\" in a zip, a link out, a device, a FIFO, too many entries or bytes, a truncated
+stream, a full disk) leaves nothing behind, not even the directory made for it, and the refusal
+names the entry. The archive is read to its end and checked there: a tar without its end blocks
+or with data after them, a gzip stream without its trailer, with a wrong CRC or with data after
+it, a zip with data after it are refused as "(archive)".
 """
 
 import json
