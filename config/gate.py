@@ -126,9 +126,11 @@ async def _identify(scope: Scope) -> tuple[str, int | None]:
     if authorization is not None:
         scheme, _, token = authorization.decode("latin1").partition(" ")
         if scheme.lower() == "bearer" and token.strip():
-            pipeline = await sync_to_async(
-                _pipeline_of, thread_sensitive=False, executor=_identifying
-            )(token.strip())
+            pipeline = _kept_pipeline(token.strip())  # a burst of one token's calls: no hop
+            if pipeline is None:
+                pipeline = await sync_to_async(
+                    _pipeline_of, thread_sensitive=False, executor=_identifying
+                )(token.strip())
             if pipeline is not None:
                 return f"pipeline:{pipeline}", pipeline
     if cookie is not None:
