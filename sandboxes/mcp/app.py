@@ -126,7 +126,7 @@ class McpApplication:
                 too_many_message(error.limit),
                 data,
             )
-            retry = {"Retry-After": str(round(self.book.unused_seconds))}
+            retry = {"Retry-After": str(self.book.unused_seconds)}
             await _send_json(send, 429, refused, retry)
         finally:
             OPENING_PIPELINE.reset(opening)

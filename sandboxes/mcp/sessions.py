@@ -58,8 +58,8 @@ class SessionBook:
     def __init__(
         self,
         per_pipeline: int,
-        unused_seconds: float,
-        idle_seconds: float,
+        unused_seconds: int,
+        idle_seconds: int,
         on_end: Callable[[str], None] = lambda session_id: None,
     ) -> None:
         self.per_pipeline = per_pipeline
@@ -196,7 +196,7 @@ def error_body(
 def ended_message(book: SessionBook) -> str:
     return (
         "MCP session not found: it has ended (a session ends after "
-        f"{book.idle_seconds:g} s without a request, {book.unused_seconds:g} s if it got "
+        f"{book.idle_seconds} s without a request, {book.unused_seconds} s if it got "
         "nothing but initialize; the client may have deleted it or the server restarted). "
         "Start a new session: send initialize without an Mcp-Session-Id."
     )
