@@ -103,8 +103,17 @@ async def connect_once(http: Any, url: str, token: str) -> float:
     return time.perf_counter() - start
 
 
-async def visits(http: Any, url: str, token: str, n: int) -> list[float]:
-    return [await connect_once(http, url, token) for _ in range(n)]
+async def visits(url: str, token: str, n: int) -> list[float]:
+    """The other pipeline's visits, from a thread, event loop and client of their own (the
+    flood's client does not delay them)."""
+
+    async def go() -> list[float]:
+        import httpx
+
+        async with httpx.AsyncClient(timeout=60) as http:
+            return [await connect_once(http, url, token) for _ in range(n)]
+
+    return await asyncio.to_thread(asyncio.run, go())
 
 
 async def flood(
@@ -149,14 +158,14 @@ async def run(args: argparse.Namespace, url: str, pid: int, tokens: list[str], q
     # Idle connections are dropped before the server closes them (uvicorn: after 5 s).
     limits = httpx.Limits(max_connections=CONCURRENCY + 4, keepalive_expiry=1.0)
     async with httpx.AsyncClient(timeout=60, limits=limits) as http:
-        await visits(http, url, quiet, 3)  # warm-up: every import made
+        await visits(url, quiet, 3)  # warm-up: every import made
         before = rss_mb(pid)
         print(f"memory before: {before:.1f} MB")
 
-        baseline = await visits(http, url, quiet, args.n)
+        baseline = await visits(url, quiet, args.n)
         print(f"quiet: another pipeline connects: {quantiles(baseline)}")
         attack = asyncio.ensure_future(flood(http, url, tokens[0], args.flood))
-        during = await visits(http, url, quiet, args.n)
+        during = await visits(url, quiet, args.n)
         opened, statuses, seconds = await attack
         print(
             f"flood: one pipeline asked for {args.flood} sessions in {seconds:.1f} s: "
