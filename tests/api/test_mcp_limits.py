@@ -73,9 +73,9 @@ def raw(server: Server, token: str) -> httpx.Client:
     )
 
 
-def initialize(http: httpx.Client, identifier: int = 1) -> httpx.Response:
+def initialize(http: httpx.Client, identifier: int = 1, path: str = "/mcp") -> httpx.Response:
     return http.post(
-        "/mcp",
+        path,
         json={
             "jsonrpc": "2.0",
             "id": identifier,
@@ -150,11 +150,14 @@ def test_a_pipeline_at_its_session_limit_gets_429_while_another_still_connects(
 def test_a_session_that_only_initialized_ends_soon_and_frees_its_place(
     server: Server, make_pipeline: Any
 ) -> None:
-    token = token_of(make_pipeline, "idler")
+    process = {"name": "notes", "cmd": ["sleep", "infinity"]}
+    _, token = PipelineToken.issue(make_pipeline(slug="idler", processes=[process]), name="t")
     with raw(server, token) as http:
         used = initialize(http).headers["mcp-session-id"]
         assert list_tools(http, used).status_code == 200
         unused = [initialize(http, n).headers["mcp-session-id"] for n in range(CAP - 1)]
+        # A gateway's sessions count with the pipeline's others.
+        assert initialize(http, path="/mcp/servers/notes").status_code == 429
         assert initialize(http).status_code == 429
         anyio.run(anyio.sleep, UNUSED_SECONDS + 1.5)
         gone = list_tools(http, unused[0], identifier=7)
