@@ -376,6 +376,11 @@ BOXYARD_FILE_READ_BYTES = env_int("BOXYARD_FILE_READ_BYTES", 256 * 1024, minimum
 BOXYARD_FILE_LINK_MAX_SECONDS = env_int("BOXYARD_FILE_LINK_MAX_SECONDS", 7 * 24 * 3600, minimum=1)
 # An MCP session of the handshake revisions that no request has touched for this long ends.
 BOXYARD_MCP_SESSION_IDLE_SECONDS = env_int("BOXYARD_MCP_SESSION_IDLE_SECONDS", 1800, minimum=1)
+# An MCP session that got no request but its `initialize` ends after this long (the full idle
+# time above once it has been used).
+BOXYARD_MCP_UNUSED_SESSION_SECONDS = env_int("BOXYARD_MCP_UNUSED_SESSION_SECONDS", 60, minimum=1)
+# The MCP sessions one pipeline may have open in a web process, all of its tokens together.
+BOXYARD_MCP_SESSIONS_PER_PIPELINE = env_int("BOXYARD_MCP_SESSIONS_PER_PIPELINE", 200, minimum=1)
 # What an uploaded archive may expand to: entries, and bytes (never more than the workspace).
 BOXYARD_ARCHIVE_MAX_ENTRIES = env_int("BOXYARD_ARCHIVE_MAX_ENTRIES", 100_000, minimum=1)
 BOXYARD_ARCHIVE_MAX_BYTES = env_int("BOXYARD_ARCHIVE_MAX_BYTES", 10 * 1024**3, minimum=1)

@@ -100,6 +100,10 @@ def test_the_blocks_are_what_each_client_reads(admin: Client, make_pipeline: Any
     assert astrbot["headers"] == {"Authorization": "Bearer <token>"}
     assert astrbot["session_read_timeout"] == astrbot["sse_read_timeout"] == 180
     assert "named <code>boxyard-support</code>" in page
+    # What AstrBot does when its session ends: it does not reconnect.
+    note = re.search(r'data-testid="mcp-astrbot-sessions">(.*?)</p>', page, re.S)
+    assert note and "AstrBot does not reconnect when its MCP session ends" in note[1]
+    assert "<code>BOXYARD_MCP_SESSION_IDLE_SECONDS</code>" in note[1]
 
 
 def test_a_new_token_comes_with_its_configuration(admin: Client, make_pipeline: Any) -> None:

@@ -17,13 +17,26 @@ from django.conf import settings
 from django.core.exceptions import DisallowedHost
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp_types import INVALID_REQUEST
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from boxyard.errors import BoxyardError, problem
 from boxyard.threads import in_pool
-from sandboxes.mcp import gateway
-from sandboxes.mcp.connection import CALLER, Caller, bearer_token, chat_variables
+from sandboxes.mcp import gateway, tools
+from sandboxes.mcp.connection import CALLER, SESSION_HEADER, Caller, bearer_token, chat_variables
 from sandboxes.mcp.server import sandbox_server
+from sandboxes.mcp.sessions import (
+    OPENING_PIPELINE,
+    TOO_MANY_SESSIONS,
+    BodyWatch,
+    CountedSessionManager,
+    SessionBook,
+    TooManySessions,
+    ended_message,
+    error_body,
+    request_id,
+    too_many_message,
+)
 from sandboxes.selectors import principal_for_token
 
 Scope = Mapping[str, Any]
@@ -42,16 +55,14 @@ class McpApplication:
 
     def __init__(self) -> None:
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE or 32 * 1024 * 1024
-        self.sandboxes = StreamableHTTPSessionManager(
-            sandbox_server(),
-            max_request_body_size=limit,
-            session_idle_timeout=settings.BOXYARD_MCP_SESSION_IDLE_SECONDS,
+        self.book = SessionBook(
+            per_pipeline=settings.BOXYARD_MCP_SESSIONS_PER_PIPELINE,
+            unused_seconds=settings.BOXYARD_MCP_UNUSED_SESSION_SECONDS,
+            idle_seconds=settings.BOXYARD_MCP_SESSION_IDLE_SECONDS,
+            on_end=tools.forget_session,
         )
-        self.gateway = StreamableHTTPSessionManager(
-            gateway.gateway_server(),
-            max_request_body_size=limit,
-            session_idle_timeout=settings.BOXYARD_MCP_SESSION_IDLE_SECONDS,
-        )
+        self.sandboxes = CountedSessionManager(sandbox_server(), self.book, limit)
+        self.gateway = CountedSessionManager(gateway.gateway_server(), self.book, limit)
         self._running: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
 
@@ -96,9 +107,39 @@ class McpApplication:
             await _send_json(send, answer.status, answer.body)
             return
         await self._start()
+        if self._ended(scope):
+            body = await BodyWatch(receive).read() if scope.get("method") == "POST" else b""
+            ended = error_body(request_id(body), INVALID_REQUEST, ended_message(self.book))
+            await _send_json(send, 404, ended)
+            return
         user = AuthenticatedUser(AccessToken(token="", client_id=str(principal.actor), scopes=[]))
         scope = {**scope, "user": user, CALLER: caller}
-        await manager.handle_request(dict(scope), receive, send)  # type: ignore[arg-type]  # starlette's own ASGI types
+        watch = BodyWatch(receive)
+        opening = OPENING_PIPELINE.set(principal.pipeline.pk)
+        try:
+            await manager.handle_request(dict(scope), watch, send)  # type: ignore[arg-type]  # starlette's own ASGI types
+        except TooManySessions as error:
+            data = {"limit": error.limit, "setting": "BOXYARD_MCP_SESSIONS_PER_PIPELINE"}
+            refused = error_body(
+                request_id(bytes(watch.seen)),
+                TOO_MANY_SESSIONS,
+                too_many_message(error.limit),
+                data,
+            )
+            retry = {"Retry-After": str(self.book.unused_seconds)}
+            await _send_json(send, 429, refused, retry)
+        finally:
+            OPENING_PIPELINE.reset(opening)
+
+    def _ended(self, scope: Scope) -> bool:
+        """Whether the request names a session of the handshake revisions that is not open
+        (it ended, or never was)."""
+        headers = dict(scope.get("headers", []))
+        session = headers.get(SESSION_HEADER)
+        version = headers.get(b"mcp-protocol-version")
+        if version is not None and version.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS:
+            return False  # a revision without sessions: the SDK answers it
+        return session is not None and session.decode("latin-1") not in self.book
 
     async def _start(self) -> None:
         if self._running is None:

@@ -84,12 +84,15 @@ def listed_tools(network: bool) -> tuple[types.Tool, ...]:
         sandbox_id = schema["properties"].get("sandbox_id")
         if sandbox_id is not None:
             sandbox_id["description"] = (
-                "The sandbox_id returned by sandbox_open; leave it out for this chat's sandbox "
-                "(opened when first needed)."
+                "The sandbox_id returned by sandbox_open; leave it out (or send null or an empty "
+                "string) for this chat's sandbox (opened when first needed)."
             )
             schema["required"].remove("sandbox_id")
             if not schema["required"]:
                 del schema["required"]
+        for name, argument in schema["properties"].items():
+            if name not in schema.get("required", ()):
+                schema["properties"][name] = _or_null(argument)
         listed.append(
             types.Tool(
                 name=spec.name,
@@ -107,6 +110,14 @@ def listed_tools(network: bool) -> tuple[types.Tool, ...]:
             )
         )
     return tuple(listed)
+
+
+def _or_null(argument: dict[str, Any]) -> dict[str, Any]:
+    """An optional argument that may also be null (taken as left out)."""
+    notes = {k: v for k, v in argument.items() if k in ("description", "default", "examples")}
+    kind = {k: v for k, v in argument.items() if k not in notes}
+    options = kind["anyOf"] if list(kind) == ["anyOf"] else [kind]
+    return {"anyOf": [*options, {"type": "null"}], **notes}
 
 
 def input_schema(name: str) -> dict[str, Any] | None:
@@ -132,7 +143,7 @@ async def call_tool(
         raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {params.name}")
     caller = caller_of(ctx.request)
     try:
-        arguments = dict(params.arguments or {})
+        arguments = given_arguments(params.arguments)
         require_unicode(arguments)
         if spec.name == "sandbox_exec":
             answer = await _exec(ctx, caller, spec, arguments)
@@ -146,6 +157,15 @@ async def call_tool(
         content=[types.TextContent(text=json.dumps(answer, ensure_ascii=False))],
         structured_content=answer,
     )
+
+
+def given_arguments(arguments: dict[str, Any] | None) -> dict[str, Any]:
+    """The arguments a call gives: a null is an argument left out (clients that send every
+    key send null for those they do not set), and so is an empty `sandbox_id`."""
+    given = {name: value for name, value in (arguments or {}).items() if value is not None}
+    if given.get("sandbox_id") == "":
+        del given["sandbox_id"]
+    return given
 
 
 def error_result(error: BoxyardError) -> types.CallToolResult:
@@ -260,6 +280,11 @@ def chat_sandbox(caller: Caller, *, open_it: bool = True) -> str:
     opened = services.open_sandbox(pipeline, caller.variables, caller.principal.actor)
     _remember(caller, str(opened.sandbox.pk))
     return str(opened.sandbox.pk)
+
+
+def forget_session(session_id: str) -> None:
+    """A session ended: the sandbox it opened is no longer its own."""
+    _session_sandboxes.pop(session_id, None)
 
 
 def _remember(caller: Caller, sandbox_id: str) -> None:

@@ -89,7 +89,12 @@ def test_a_session_left_idle_ends_and_its_id_is_refused(server: Server, make_pip
         anyio.run(anyio.sleep, IDLE_SECONDS + 1.5)
         gone = http.post("/mcp", json=listing, headers=session)
     assert gone.status_code == 404, gone.text
-    assert gone.json()["error"]["message"] == "Session not found"
+    # A JSON-RPC answer to the request itself, saying what happened and what to do.
+    assert gone.json()["id"] == 2
+    message = gone.json()["error"]["message"]
+    assert message.startswith("MCP session not found: it has ended"), message
+    assert f"after {IDLE_SECONDS} s without a request" in message
+    assert "send initialize without an Mcp-Session-Id" in message
 
 
 def _version() -> dict[str, str]:
