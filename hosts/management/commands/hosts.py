@@ -106,6 +106,7 @@ class Command(BaseCommand):
                 f"{host.name} answers: Docker {host.engine_version}, {host.engine_cpus} CPUs, "
                 f"{host.engine_memory_mb} MiB, {len(host.images)} images"
             )
+            return
         host.refresh_from_db()
         if services.engine_owner(host) is not None:
             raise CommandError(f"{host.name} is refused: {host.last_error}")
