@@ -102,6 +102,11 @@ class DockerHostAdmin(admin.ModelAdmin[DockerHost]):
     ]
     actions = ["drain", "undrain"]
 
+    def get_readonly_fields(self, request: HttpRequest, obj: DockerHost | None = None) -> Any:
+        # A host's name is how everything else knows it (its queue, its TLS files).
+        fields = list(super().get_readonly_fields(request, obj))
+        return ["name", *fields] if obj is not None else fields
+
     def get_fields(self, request: HttpRequest, obj: DockerHost | None = None) -> Any:
         stored = obj is not None and any(getattr(obj, name) for name in TLS)
         return [name for name in super().get_fields(request, obj) if name != "clear_tls" or stored]

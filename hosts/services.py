@@ -122,8 +122,8 @@ def removal_refused(host: DockerHost) -> Conflict | None:
     if held:
         return Conflict(
             N_(
-                "%(host)s holds %(count)s sandboxes (their workspaces are there): move them "
-                "to another host, or close and destroy them, first",
+                "%(host)s cannot be removed while it holds sandboxes (%(count)s, their "
+                "workspaces there): move them to another host, or destroy them, first",
                 host=host.name,
                 count=held,
             )
