@@ -5,8 +5,9 @@ of it.
 One engine is one host's: the reconciler removes the containers of this deployment that an
 engine has and its host's rows do not claim, so a second host reaching the same engine
 (another address of it) would take the first one's containers for leftovers. Each host's
-engine identity (`docker info`'s ID and data root) is recorded when it is added and at each
-health check; an engine that is already another host's is refused when added or edited, and
+engine identity (`docker info`'s ID and data root: two engines of one machine may share an
+ID, which Docker 20.10 derives from the machine's key) is recorded when it is added and at
+each health check; an engine that is already another host's is refused when added or edited, and
 a host found on one (forced past that) is marked down at once, which the reconciler skips.
 
 A host that comes back is reconciled (its containers and rows brought together) by the

@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.test import Client
 
@@ -111,3 +112,33 @@ def test_the_reconciler_of_two_hosts_on_one_engine_removes_nothing_of_the_others
         assert Sandbox.objects.get(pk=sandbox.pk).state == State.RUNNING
         info = get_runtime().inspect_container(sandbox.container_id)
         assert info is not None and info.running
+
+
+def test_a_helper_on_an_engine_two_hosts_share_is_left_to_them(docker_engine: Any) -> None:
+    """A helper container (an agent's installation, a workspace carried) says no sandbox:
+    on an engine that two host rows share, neither's reconciler can tell it is not the
+    other's, so neither removes it; on an engine of one host, a leftover helper goes."""
+    import docker
+
+    from sandboxes.runtime import LABEL_ROLE, labels_for
+
+    local = DockerHost.objects.get(pk=default_host_pk())
+    assert keeper.check(local)
+    local.refresh_from_db()
+    twin = DockerHost.objects.create(
+        name="twin", url=local_engine(), engine_id=local.engine_id, engine_root=local.engine_root
+    )
+    engine = docker.from_env()
+    helper = engine.containers.create(
+        settings.BOXYARD_TEST_IMAGE, ["true"], labels=labels_for(**{LABEL_ROLE: "carry-out"})
+    )
+    try:
+        done = reconcile(grace_seconds=0, host=twin.pk)
+        assert done.containers_removed == [] and helper.name in done.elsewhere
+        done = reconcile(grace_seconds=0, host=local.pk)
+        assert done.containers_removed == [] and helper.name in done.elsewhere
+        twin.delete()
+        assert reconcile(grace_seconds=0, host=local.pk).containers_removed == [helper.name]
+    finally:
+        if any(found.id == helper.id for found in engine.containers.list(all=True)):
+            helper.remove(force=True)
