@@ -12,6 +12,7 @@ user alone, under the data directory, since docker-py reads it from files.
 
 import hashlib
 import os
+import shutil
 import threading
 import time
 from dataclasses import dataclass
@@ -20,9 +21,9 @@ from pathlib import Path
 
 from django.conf import settings
 
-from boxyard.errors import N_, HostUnavailable, NotFound
+from boxyard.errors import N_, BoxyardError, HostUnavailable, NotFound
 from hosts.models import DockerHost
-from sandboxes.runtime import machine_runtime
+from sandboxes.runtime import EngineFacts, machine_runtime
 from sandboxes.runtime.docker import DockerRuntime
 from sandboxes.runtime.docker.connection import Connection
 
@@ -68,6 +69,28 @@ def engine_of(host: DockerHost) -> DockerRuntime:
     return _remember(host).runtime
 
 
+def identify(host: DockerHost, timeout: float = 2.0) -> EngineFacts | None:
+    """What the engine at `host`'s address (saved or not) says it is, within `timeout`;
+    None if it does not answer. A runtime of its own, kept by no one."""
+    try:
+        return _make(host).engine_facts(timeout)
+    except BoxyardError:
+        return None
+
+
+def remove_tls_files(name: str, keep: DockerHost | None = None) -> list[str]:
+    """Remove the TLS files written for host `name` (but those of `keep`'s current material):
+    the folders removed."""
+    base = Path(settings.DATA_DIR) / "hosts"
+    kept = _tls_folder(keep).name if keep is not None and keep.tls_cert else None
+    removed = []
+    for folder in base.glob(f"{name}-*") if base.is_dir() else []:
+        if folder.name != kept and folder.name.rpartition("-")[0] == name:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder.name)
+    return removed
+
+
 def forget_all() -> None:
     """Drop every engine this process knows (tests that change hosts under it)."""
     with _lock:
@@ -105,10 +128,7 @@ def _make(host: DockerHost) -> DockerRuntime:
 
 def _tls_files(host: DockerHost) -> dict[str, str]:
     """The host's TLS material as files (named by their content, so a change is a new set)."""
-    digest = hashlib.sha256(
-        "\0".join((host.tls_ca, host.tls_cert, host.tls_key)).encode()
-    ).hexdigest()[:16]
-    folder = Path(settings.DATA_DIR) / "hosts" / f"{host.name}-{digest}"
+    folder = _tls_folder(host)
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     paths = {}
     for field, content in (
@@ -123,3 +143,10 @@ def _tls_files(host: DockerHost) -> dict[str, str]:
                 file.write(content)
         paths[field] = str(path)
     return paths
+
+
+def _tls_folder(host: DockerHost) -> Path:
+    digest = hashlib.sha256(
+        "\0".join((host.tls_ca, host.tls_cert, host.tls_key)).encode()
+    ).hexdigest()[:16]
+    return Path(settings.DATA_DIR) / "hosts" / f"{host.name}-{digest}"

@@ -57,7 +57,12 @@ def check(host: DockerHost) -> bool:
             if services.unreachable(host, error):
                 log.warning("Docker host %s is down: %s", host.name, error)
             return False
-        if services.seen(host, facts):
+        try:
+            back = services.seen(host, facts)
+        except services.EngineTaken as error:  # marked down: neither followed nor reconciled
+            log.warning("Docker host %s refused: %s", host.name, error)
+            return False
+        if back:
             log.info("Docker host %s is back; reconciling it", host.name)
             later(RECONCILE, host.pk, host=host.pk)
         return True

@@ -73,6 +73,9 @@ class DockerHost(models.Model):
     engine_cpus = models.PositiveIntegerField(null=True, blank=True)
     engine_memory_mb = models.PositiveIntegerField(null=True, blank=True)
     images = models.JSONField(default=list, blank=True, help_text="Image tags it holds.")
+    # Which engine it is (`docker info`'s ID and data root): one engine is one host's.
+    engine_id = models.CharField(max_length=200, blank=True, editable=False)
+    engine_root = models.CharField(max_length=500, blank=True, editable=False)
 
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -63,18 +63,22 @@ def host_edit(request: HttpRequest, name: str | None = None) -> HttpResponse:
     return render(request, "hosts/form.html", context)
 
 
-_STATES = ("drain", "undrain", "move-all")
+_STATES = ("drain", "undrain", "move-all", "remove")
 
 
 @staff_required
 @require_POST
 def host_state(request: HttpRequest, name: str, action: str) -> HttpResponse:
-    """Drain the host (no new sandbox goes there), make it active again, or have its
-    sandboxes moved elsewhere (a draining host), as this admin."""
+    """Drain the host (no new sandbox goes there), make it active again, have its sandboxes
+    moved elsewhere (a draining host), or remove it (one that holds none), as this admin."""
     if action not in _STATES:
         raise Http404(f"no action {action}")
     host = _host(name)
     try:
+        if action == "remove":
+            services.remove_host(host, admin_actor(request))
+            messages.success(request, _("Host %(host)s removed.") % {"host": host.name})
+            return redirect("hosts")
         if action == "drain":
             services.drain(host, admin_actor(request))
             row = dashboard.host_row(host.name)

@@ -138,6 +138,8 @@ class EngineFacts:
     cpus: int
     memory_bytes: int
     images: list[str]  # the tags it holds
+    engine_id: str = ""  # the engine's own ID (`docker info`), the same at any address
+    data_root: str = ""  # where it keeps its data: two engines of one ID do not share it
 
 
 class Runtime(Protocol):

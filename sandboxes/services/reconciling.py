@@ -9,6 +9,7 @@ operation may be in flight on it.
 | row (generation g) | containers labelled with its id | action |
 |---|---|---|
 | none, or destroyed | any | remove them |
+| of another host | any | kept: that host's (two hosts on one engine) |
 | any | one of another generation | remove it (stale) |
 | running | g, running | nothing (its id recorded if it differs) |
 | running or unknown | g, not running (exited, killed, made but never started) | remove it; the sandbox is stopped, reason `lost` (workspace kept, lease released) |
@@ -65,6 +66,7 @@ class Reconciled:
     volumes_removed: list[str] = field(default_factory=list)
     volumes_without_row: list[str] = field(default_factory=list)
     volumes_elsewhere: list[str] = field(default_factory=list)  # of a sandbox on another host
+    elsewhere: list[str] = field(default_factory=list)  # containers another host's, kept
     moves_cancelled: list[str] = field(default_factory=list)
     hosts_skipped: list[str] = field(default_factory=list)  # did not answer
     disks_removed: list[str] = field(default_factory=list)
@@ -137,8 +139,22 @@ def _reconcile_host(host: int, grace: timedelta, done: Reconciled) -> None:
         except BoxyardError as error:
             log.warning("reconciling sandbox %s failed: %s", sandbox_id, error)
             done.failed.append(sandbox_id)
-    for unclaimed in by_sandbox.values():  # containers of no row on this host
-        leftovers.extend(unclaimed)
+    # Containers of no row on this host. One whose sandbox is another host's is that host's
+    # (two hosts that reach one engine, which hosts.services refuses but a row forced past
+    # it could still make): never removed from here. Nor a helper, when the engine is shared.
+    elsewhere = set(
+        Sandbox.objects.filter(pk__in=[_uuid(key) for key in by_sandbox if _uuid(key)])
+        .exclude(host=host)
+        .values_list("pk", flat=True)
+    )
+    for sandbox_id, unclaimed in by_sandbox.items():
+        if _uuid(sandbox_id) in elsewhere:
+            done.elsewhere.extend(info.name for info in unclaimed)
+        else:
+            leftovers.extend(unclaimed)
+    if _shared(host):
+        done.elsewhere.extend(info.name for info in leftovers if LABEL_ROLE in info.labels)
+        leftovers = [info for info in leftovers if LABEL_ROLE not in info.labels]
     for info in leftovers:
         if _older_than(info.created_at, grace, now):
             try:
@@ -249,6 +265,17 @@ def _remove_container(runtime: Runtime, info: ContainerInfo, done: Reconciled) -
     forget(info.id)
     runtime.remove_container(info.id)
     done.containers_removed.append(info.name)
+
+
+def _shared(host: int) -> bool:
+    """Whether another host is recorded on this host's engine."""
+    found = DockerHost.objects.filter(pk=host).values_list("engine_id", "engine_root").first()
+    if found is None or not found[0]:
+        return False
+    engine_id, root = found
+    return (
+        DockerHost.objects.filter(engine_id=engine_id, engine_root=root).exclude(pk=host).exists()
+    )
 
 
 def _older_than(moment: datetime | None, grace: timedelta, now: datetime) -> bool:

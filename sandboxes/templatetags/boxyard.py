@@ -85,6 +85,7 @@ EVENTS = {
     "host.active": gettext_lazy("Active again"),
     "host.down": gettext_lazy("Went down"),
     "host.up": gettext_lazy("Came back"),
+    "host.removed": gettext_lazy("Host removed"),
 }
 
 

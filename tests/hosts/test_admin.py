@@ -1,6 +1,6 @@
-"""The Django admin's page of Docker hosts: adding, editing and draining go through the hosts'
-services and are recorded as the admin's; a host is never deleted there (its sandboxes keep
-their history)."""
+"""The Django admin's page of Docker hosts: adding, editing, draining and removing go through
+the hosts' services and are recorded as the admin's; the stored TLS material is never shown
+back; `local` is never removed, nor a host that holds sandboxes."""
 
 import pytest
 from django.test import Client
@@ -54,7 +54,8 @@ def test_the_admin_site_adds_edits_and_drains_a_host_on_the_record(superuser) ->
     )
     assert DockerHost.objects.get(pk=host.pk).state == HostState.DRAINING
     assert Event.objects.get(host=host, action="host.draining").actor == "admin:alice"
-    assert superuser.get(f"/admin/hosts/dockerhost/{host.pk}/delete/").status_code == 403
+    local = DockerHost.objects.get(is_default=True)
+    assert superuser.get(f"/admin/hosts/dockerhost/{local.pk}/delete/").status_code == 403
 
 
 def test_a_bad_url_is_refused_and_adds_nothing(superuser) -> None:

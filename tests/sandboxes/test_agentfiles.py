@@ -177,3 +177,41 @@ def test_a_header_that_disagrees_with_itself_is_refused(
         monkeypatch.setattr(reading, "direct", lambda _sandbox, _sock=sock: _sock)
         with pytest.raises(RuntimeFailure, match="not its identity"):
             services.open_file_stream(sandbox, "a.txt")
+
+
+@pytest.mark.docker
+@pytest.mark.django_db
+@pytest.mark.parametrize("swap", ["symlink", "another-users-socket"])
+def test_what_replaces_the_agent_s_socket_is_never_connected_to(
+    pipeline: Any, bot: Any, docker_engine: Any, tmp_path: Any, swap: str
+) -> None:
+    """Root in the container puts, where the agent's socket was, a symlink to a socket of this
+    machine, or a socket of another user: the server connects to neither, and a file's bytes
+    go through the engine's execs instead."""
+    import os
+
+    sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
+    services.write_file(sandbox, "a.txt", b"through the engine", bot)
+    runtime = get_runtime()
+    assert isinstance(runtime, DockerRuntime)
+    pid = runtime.api.inspect_container(sandbox.container_id)["State"]["Pid"]
+    at = f"/proc/{pid}/root/.boxyard-run/{direct.AGENT_SOCKET_NAME}"
+    os.unlink(at)
+    listening = socket.socket(socket.AF_UNIX)
+    if swap == "symlink":
+        listening.bind(str(tmp_path / "host.sock"))  # a socket only this machine has
+        os.symlink(tmp_path / "host.sock", at)
+    else:
+        listening.bind(at)
+        os.chown(at, 1000, 1000)
+    listening.listen()
+    listening.setblocking(False)
+    try:
+        assert runtime.agent_socket(sandbox.container_id) is None
+        with pytest.raises(BlockingIOError):
+            listening.accept()  # nothing ever connected
+        assert services.read_file(sandbox, "a.txt").data == b"through the engine"
+        with pytest.raises(BlockingIOError):
+            listening.accept()
+    finally:
+        listening.close()

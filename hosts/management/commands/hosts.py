@@ -8,6 +8,7 @@
     manage.py hosts drain NAME | undrain NAME
     manage.py hosts move SANDBOX_ID [--to NAME]   (else where placement puts it)
     manage.py hosts move-all NAME    (every sandbox of a draining host, one at a time)
+    manage.py hosts remove NAME      (a host that holds no sandbox; never local)
 """
 
 from pathlib import Path
@@ -27,8 +28,12 @@ from sandboxes.services.placing import Load, loads_of
 ACTOR = Actor("command", "hosts")
 
 
+def _default() -> str:
+    return str(DockerHost.objects.get(pk=default_host_pk()).name)
+
+
 class Command(BaseCommand):
-    help = "List, add, check, drain and undrain the Docker hosts sandboxes are placed on."
+    help = "List, add, check, drain, undrain and remove the Docker hosts sandboxes are placed on."
 
     def add_arguments(self, parser: CommandParser) -> None:
         commands = parser.add_subparsers(dest="action", required=True)
@@ -42,7 +47,7 @@ class Command(BaseCommand):
         add.add_argument("--cpus", type=float, help="CPUs sandboxes may reserve")
         add.add_argument("--memory-mb", type=int, help="memory (MiB) sandboxes may reserve")
         add.add_argument("--max-sandboxes", type=int, help="live sandboxes at most")
-        for name in ("check", "drain", "undrain", "move-all"):
+        for name in ("check", "drain", "undrain", "move-all", "remove"):
             commands.add_parser(name).add_argument("name")
         move = commands.add_parser("move", help="one sandbox, to another host")
         move.add_argument("sandbox")
@@ -101,9 +106,11 @@ class Command(BaseCommand):
                 f"{host.name} answers: Docker {host.engine_version}, {host.engine_cpus} CPUs, "
                 f"{host.engine_memory_mb} MiB, {len(host.images)} images"
             )
-        else:
-            host.refresh_from_db()
-            raise CommandError(f"{host.name} does not answer: {host.last_error}")
+            return
+        host.refresh_from_db()
+        if services.engine_owner(host) is not None:
+            raise CommandError(f"{host.name} is refused: {host.last_error}")
+        raise CommandError(f"{host.name} does not answer: {host.last_error}")
 
     def _drain(self, options: dict[str, Any]) -> None:
         services.drain(services.find(options["name"]), ACTOR)
@@ -130,6 +137,13 @@ class Command(BaseCommand):
             self.stdout.write(f"moved {each.sandbox.pk} to {each.target} in {each.seconds:.1f} s")
         left = host.sandboxes.filter(state__in=[*QUOTA_STATES, State.STOPPED]).count()
         self.stdout.write(f"{len(moved)} moved; {left} left on {host.name}")
+
+    def _remove(self, options: dict[str, Any]) -> None:
+        kept = services.remove_host(services.find(options["name"]), ACTOR)
+        self.stdout.write(
+            f"removed {options['name']}"
+            + (f" ({kept} destroyed sandboxes' rows kept, under {_default()})" if kept else "")
+        )
 
     def _undrain(self, options: dict[str, Any]) -> None:
         services.undrain(services.find(options["name"]), ACTOR)

@@ -13,13 +13,15 @@ id and checked to be in the container's control group, so a process id that was 
 something else between the look-up and the connection can never lead elsewhere. Under that
 root, the agent's directory is opened without following a symlink (an absolute one would be
 resolved from this machine's root), and what is in it is root's, on the agent's own tmpfs,
-out of the sandbox user's reach: nothing the sandbox runs or its image ships can redirect
-the connection.
+out of the sandbox user's reach. The socket itself is opened without following a symlink,
+checked to be a socket owned by the agent's user, and connected to through that descriptor:
+nothing the sandbox runs (even as root) or its image ships can redirect the connection.
 """
 
 import logging
 import os
 import socket
+import stat
 import threading
 from typing import TYPE_CHECKING
 
@@ -72,6 +74,9 @@ class DirectMixin:
                         self._found[container] = None
                     else:
                         self._found.pop(container, None)
+            except NotASocket as error:
+                log.warning("%s; the engine's execs it is", error)
+                return None
             except OSError:
                 return None  # the agent does not listen (yet): the engine's execs this time
         return None
@@ -99,6 +104,11 @@ class _NotThatContainer(Exception):
     """The process id now belongs to another container's process, or to none."""
 
 
+class NotASocket(OSError):
+    """What is at the agent's socket's name is not a socket the agent made (a symlink, a
+    file, a socket of another user): never connected to."""
+
+
 def _connect(pid: int, container: str) -> socket.socket:
     try:
         process = os.open(f"/proc/{pid}", os.O_RDONLY | os.O_DIRECTORY)
@@ -119,7 +129,10 @@ def _connect(pid: int, container: str) -> socket.socket:
             raise _NotThatContainer(f"process {pid} is not in container {container[:12]}")
         # The agent's directory is opened without following a symlink: one there (an image
         # could ship one where the tmpfs is mounted) would be read from this machine's root,
-        # not the container's. What is inside it is the agent's, made by root on its tmpfs.
+        # not the container's. So is the socket in it: root in the container could put a
+        # symlink there to a socket of this machine. It must be a socket, and the agent's
+        # (owned by the user the container's first process runs as, as this machine sees it).
+        owner = os.fstat(process).st_uid
         root = os.open("root", os.O_PATH | os.O_DIRECTORY, dir_fd=process)
         try:
             state = os.open(
@@ -128,15 +141,25 @@ def _connect(pid: int, container: str) -> socket.socket:
         finally:
             os.close(root)
         try:
+            found = os.open(AGENT_SOCKET_NAME, os.O_PATH | os.O_NOFOLLOW, dir_fd=state)
+        finally:
+            os.close(state)
+        try:
+            facts = os.fstat(found)
+            if not stat.S_ISSOCK(facts.st_mode) or facts.st_uid != owner:
+                raise NotASocket(
+                    f"{AGENT_STATE}/{AGENT_SOCKET_NAME} in container {container[:12]} is not "
+                    "the agent's socket"
+                )
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             sock.settimeout(_CONNECT_SECONDS)
-            try:
-                sock.connect(f"/proc/self/fd/{state}/{AGENT_SOCKET_NAME}")
+            try:  # the socket held open above, whatever has been put at its name since
+                sock.connect(f"/proc/self/fd/{found}")
             except BaseException:
                 sock.close()
                 raise
             return sock
         finally:
-            os.close(state)
+            os.close(found)
     finally:
         os.close(process)

@@ -129,6 +129,8 @@ class DockerRuntime(ExecsMixin, EventsMixin, DirectMixin, CarryMixin):
             version=str(info.get("ServerVersion") or ""),
             cpus=int(info.get("NCPU") or 0),
             memory_bytes=int(info.get("MemTotal") or 0),
+            engine_id=str(info.get("ID") or ""),
+            data_root=str(info.get("DockerRootDir") or ""),
             images=sorted(
                 tag
                 for image in images
