@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 
 JOB = "prune"
 BATCH = 500
+CLEAR_BYTES = 8 * 1024 * 1024
 PRUNED_NOTE = "its output was pruned (retention)"
 _MB = 1024 * 1024
 
@@ -146,7 +147,8 @@ def _keep_within(budget: int) -> tuple[int, int]:
 
 def _clear(execs: QuerySet[Exec]) -> tuple[int, int]:
     """Clear the stored output of `execs` (finished ones with output), keeping their rows with
-    a note; returns how many, and the bytes freed."""
+    a note; returns how many, and the bytes freed. A transaction frees at most CLEAR_BYTES, so
+    that the API's writers never wait long for the database."""
     cleared, freed = 0, 0
     while True:
         batch = list(
@@ -154,29 +156,43 @@ def _clear(execs: QuerySet[Exec]) -> tuple[int, int]:
             .exclude(state=ExecState.RUNNING)
             .values_list("pk", "output_size")[:BATCH]
         )
-        if not batch:
-            return cleared, freed
-        with transaction.atomic():
-            done = Exec.objects.filter(pk__in=[pk for pk, _ in batch], output_size__gt=0).update(
-                stdout="",
-                stderr="",
-                output_size=0,
-                stdout_truncated=Case(
-                    When(stdout_bytes__gt=0, then=Value(True)), default=F("stdout_truncated")
-                ),
-                stderr_truncated=Case(
-                    When(stderr_bytes__gt=0, then=Value(True)), default=F("stderr_truncated")
-                ),
-                error=Case(
-                    When(error="", then=Value(PRUNED_NOTE)),
-                    default=Concat(F("error"), Value("; " + PRUNED_NOTE)),
-                    output_field=models.TextField(),
-                ),
-            )
-        cleared += done
-        freed += sum(size for _, size in batch)
+        for chunk in _by_size(batch):
+            cleared += _clear_rows([pk for pk, _ in chunk])
+            freed += sum(size for _, size in chunk)
         if len(batch) < BATCH:
             return cleared, freed
+
+
+def _by_size(rows: list[tuple[Any, int]]) -> list[list[tuple[Any, int]]]:
+    chunks: list[list[tuple[Any, int]]] = []
+    size = 0
+    for row in rows:
+        if not chunks or size + row[1] > CLEAR_BYTES:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(row)
+        size += row[1]
+    return chunks
+
+
+def _clear_rows(pks: list[Any]) -> int:
+    with transaction.atomic():
+        return Exec.objects.filter(pk__in=pks, output_size__gt=0).update(
+            stdout="",
+            stderr="",
+            output_size=0,
+            stdout_truncated=Case(
+                When(stdout_bytes__gt=0, then=Value(True)), default=F("stdout_truncated")
+            ),
+            stderr_truncated=Case(
+                When(stderr_bytes__gt=0, then=Value(True)), default=F("stderr_truncated")
+            ),
+            error=Case(
+                When(error="", then=Value(PRUNED_NOTE)),
+                default=Concat(F("error"), Value("; " + PRUNED_NOTE)),
+                output_field=models.TextField(),
+            ),
+        )
 
 
 def _delete(rows: QuerySet[Any]) -> int:

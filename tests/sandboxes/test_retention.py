@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+from axes.models import AccessFailureLog, AccessLog
 from django.core.management import call_command
 from django.template.defaultfilters import filesizeformat
 from django.utils import timezone
@@ -54,8 +55,18 @@ def test_prune_removes_old_output_and_history_per_the_settings_and_keeps_what_is
     week_old = run(box, bot, "echo old; echo warned >&2")
     recent = run(box, bot, "echo recent")
     month_old = run(box, bot, "echo ancient")
+    still_running = services.run_exec(
+        box, services.clean_request(box, cmd="sleep 60", background=True), bot
+    )
     started(week_old, timedelta(days=8))
     started(month_old, timedelta(days=31))
+    started(still_running, timedelta(days=31))
+    for record in (AccessLog, AccessFailureLog):
+        old_login = record.objects.create(username="alice", ip_address="127.0.0.1")
+        record.objects.filter(pk=old_login.pk).update(
+            attempt_time=timezone.now() - timedelta(days=31)
+        )
+        record.objects.create(username="bob", ip_address="127.0.0.1")
     old_event = Event.objects.create(actor="bot:x", action="sandbox.note", sandbox=box)
     Event._base_manager.filter(pk=old_event.pk).update(
         created_at=timezone.now() - timedelta(days=31)
@@ -96,8 +107,11 @@ def test_prune_removes_old_output_and_history_per_the_settings_and_keeps_what_is
     assert not Sandbox.objects.filter(pk=long_gone.pk).exists()
     assert Sandbox.objects.filter(pk=lately_gone.pk).exists()
     assert Sandbox.objects.get(pk=box.pk).state == State.RUNNING
+    assert Exec.objects.get(pk=still_running.pk).state == ExecState.RUNNING
+    for record in (AccessLog, AccessFailureLog):
+        assert list(record.objects.values_list("username", flat=True)) == ["bob"]
     assert "1 commands past their retention" in said and "1 destroyed sandboxes" in said
-    assert "1 events" in said
+    assert "1 events" in said and "2 login records" in said
     # The next pass finds nothing more; what a command runs now is kept.
     run(box, bot, "echo again")
     assert "Output cleared: 0 commands past their retention, 0 over" in prune()
