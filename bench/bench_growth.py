@@ -13,8 +13,8 @@ Boxyard (`manage.py serve`: the embedded worker and scheduler) with its own SQLi
 For each phase it prints the database's live bytes (pages in use, read with SQLite's own
 counts) before and after, and the growth extrapolated to an hour: without pruning, the
 phase's slope; with pruning, the output stored (held within the budget plus what one interval
-writes) and the slope of everything else (the rows kept, least squares over the last three
-quarters of the phase, sampled every half second). Then,
+writes) and the slope of everything else (the rows kept), both sampled every half second once
+the passes have cut what phase 1 left (least squares). Then,
 with no command running, anyone (no token) downloads a file through a signed link
 (`GET` and `HEAD`, four at a time) and it prints the rows written per download (events and
 every other table but the minute jobs' own) and whether the sandbox's last activity moved.
@@ -152,9 +152,10 @@ def phase_with(
     passes: set[Any] = set()
 
     def tick() -> None:
-        output = db.one("SELECT sum(output_size) FROM sandboxes_exec") or 0
-        samples.append((time.monotonic(), db.live_bytes(), int(output)))
         passes.add(db.one("SELECT last_finished_at FROM sandboxes_periodicjob WHERE name='prune'"))
+        if len(passes) > 2:  # a pass has ended since the first one that cut phase 1's output
+            output = db.one("SELECT sum(output_size) FROM sandboxes_exec") or 0
+            samples.append((time.monotonic(), db.live_bytes(), int(output)))
 
     with (
         served(settings, data_dir, embedded_worker=True) as server,
@@ -169,16 +170,19 @@ def phase_with(
         links = link_reads(client, sandbox_id, db, downloads)
     print(
         f"with pruning (a pass every {interval:g} s, BOXYARD_OUTPUT_KEEP_MB={keep}): "
-        f"{count} commands in {elapsed:.1f} s ({count / elapsed:.1f}/s), {len(passes)} passes"
+        f"{count} commands in {elapsed:.1f} s ({count / elapsed:.1f}/s)"
     )
     print(f"  live database   {before / MB:8.1f} MB before, {after / MB:8.1f} MB after")
+    if len(samples) < 4:
+        print("  too few passes during the phase to tell: run it longer (--seconds)")
+        print(links)
+        return
     print(
         f"  stored output   {samples[-1][2] / MB:8.1f} MB at the end, at most "
         f"{max(output for _, _, output in samples) / MB:.1f} MB (the budget and one interval's); "
         f"database at most {max(live for _, live, _ in samples) / MB:.1f} MB"
     )
-    rest = [(when, live - output) for when, live, output in samples[len(samples) // 4 :]]
-    rate = _slope(rest)
+    rate = _slope([(when, live - output) for when, live, output in samples])
     print(
         f"  growth          {rate / MB:8.3f} MB/s = {rate * 3600 / 1e9:.3f} GB an hour "
         "(the rows kept; the output stays within its budget)"
