@@ -319,7 +319,8 @@ class EventQuerySet(models.QuerySet["Event"]):
 
 
 class Event(models.Model):
-    """An append-only record of a lifecycle change: who, what, when, why."""
+    """An append-only record of a lifecycle change: who, what, when, why. Only retention
+    deletes events, past BOXYARD_HISTORY_RETENTION_DAYS (`services/pruning.py`)."""
 
     pipeline = models.ForeignKey(
         Pipeline, null=True, blank=True, on_delete=models.SET_NULL, related_name="events"
