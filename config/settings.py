@@ -257,11 +257,20 @@ BOXYARD_RECONCILE_INTERVAL = env_float("BOXYARD_RECONCILE_INTERVAL", 15.0, minim
 BOXYARD_POOL_INTERVAL = env_float("BOXYARD_POOL_INTERVAL", 10.0, minimum=1)
 # What the reconciler leaves alone because an operation may still be at work on it.
 BOXYARD_RECONCILE_GRACE_SECONDS = env_float("BOXYARD_RECONCILE_GRACE_SECONDS", 30.0, minimum=0)
+# Retention (sandboxes/services/pruning.py): the output stored with commands is cleared after
+# this many days, and the oldest first while it all takes more than KEEP_MB; events, finished
+# commands and destroyed sandboxes' rows are deleted after HISTORY days. A pass runs every
+# PRUNE_INTERVAL seconds (and `manage.py prune`).
+BOXYARD_OUTPUT_RETENTION_DAYS = env_float("BOXYARD_OUTPUT_RETENTION_DAYS", 7.0, minimum=0)
+BOXYARD_OUTPUT_KEEP_MB = env_int("BOXYARD_OUTPUT_KEEP_MB", 256, minimum=0)
+BOXYARD_HISTORY_RETENTION_DAYS = env_float("BOXYARD_HISTORY_RETENTION_DAYS", 30.0, minimum=0)
+BOXYARD_PRUNE_INTERVAL_SECONDS = env_float("BOXYARD_PRUNE_INTERVAL_SECONDS", 60.0, minimum=1)
 CELERY_BEAT_SCHEDULE = {
     "reap": {"task": "sandboxes.reap", "schedule": BOXYARD_REAP_INTERVAL},
     "reconcile": {"task": "sandboxes.reconcile", "schedule": BOXYARD_RECONCILE_INTERVAL},
     "refill-pools": {"task": "sandboxes.refill_pools", "schedule": BOXYARD_POOL_INTERVAL},
     "sample-fleet": {"task": "sandboxes.sample_fleet", "schedule": 60.0},
+    "prune": {"task": "sandboxes.prune", "schedule": BOXYARD_PRUNE_INTERVAL_SECONDS},
 }
 
 # --- HTTPS and cookies: production sets BOXYARD_HTTPS=true behind TLS -----------------------

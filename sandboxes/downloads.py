@@ -26,11 +26,14 @@ _PIECES_PER_HOP = 16
 _POLICY = "sandbox; default-src 'none'"
 
 
-def file_response(request: HttpRequest, sandbox: Sandbox, path: object) -> HttpResponseBase:
-    """GET or HEAD of the file at `path`."""
+def file_response(
+    request: HttpRequest, sandbox: Sandbox, path: object, *, activity: bool = True
+) -> HttpResponseBase:
+    """GET or HEAD of the file at `path`; `activity`: the read is the sandbox's activity (a
+    signed link's is not)."""
     wants_range = "Range" in request.headers
     if request.method == "HEAD" or wants_range:
-        info = services.stat_file(sandbox, path)
+        info = services.stat_file(sandbox, path, activity=activity)
         unchanged = get_conditional_response(request, etag=info.etag, last_modified=info.modified)
         if unchanged is not None:
             return _described(unchanged, info)
@@ -42,7 +45,7 @@ def file_response(request: HttpRequest, sandbox: Sandbox, path: object) -> HttpR
         if wanted is not None:
             start, length = wanted
             _, stream = services.open_file_stream(
-                sandbox, path, start=start, length=length, expect=info
+                sandbox, path, start=start, length=length, expect=info, activity=activity
             )
             response = StreamingHttpResponse(
                 pulled(stream, stream.close, batch=_PIECES_PER_HOP), status=206
@@ -50,9 +53,9 @@ def file_response(request: HttpRequest, sandbox: Sandbox, path: object) -> HttpR
             response["Content-Range"] = f"bytes {start}-{start + length - 1}/{info.size_bytes}"
             response["Content-Length"] = str(length)
             return _described(response, info)
-        info, stream = services.open_file_stream(sandbox, path, expect=info)
+        info, stream = services.open_file_stream(sandbox, path, expect=info, activity=activity)
     else:
-        info, stream = services.open_file_stream(sandbox, path)
+        info, stream = services.open_file_stream(sandbox, path, activity=activity)
         unchanged = get_conditional_response(request, etag=info.etag, last_modified=info.modified)
         if unchanged is not None:
             stream.close()

@@ -59,6 +59,7 @@ METRICS: dict[str, tuple[str, str]] = {
     "boxyard_pool_hits_total": ("counter", "Opens of a new scope key served by the warm pool."),
     "boxyard_pool_misses_total": ("counter", "Opens of a new scope key that found the pool empty."),
     "boxyard_execs_total": ("counter", "Commands run, by how they ended."),
+    "boxyard_link_reads_total": ("counter", "Downloads (GET and HEAD) of signed file links."),
     "boxyard_exec_duration_seconds": ("histogram", "How long finished commands took."),
     "boxyard_sandboxes": ("gauge", "Sandboxes by state (not destroyed)."),
     "boxyard_pool_ready": ("gauge", "Warm-pool sandboxes ready to be claimed."),
@@ -197,6 +198,7 @@ def _empty() -> dict[str, Any]:
         "health_check_failures": 0,
         "pool_hits": 0,
         "pool_misses": 0,
+        "link_reads": 0,
         "execs": {},
         "exec_duration": {"count": 0, "sum_seconds": 0.0, "buckets": {}},
     }
@@ -208,6 +210,7 @@ _SIMPLE = {
     "boxyard_health_check_failures_total": "health_check_failures",
     "boxyard_pool_hits_total": "pool_hits",
     "boxyard_pool_misses_total": "pool_misses",
+    "boxyard_link_reads_total": "link_reads",
 }
 
 

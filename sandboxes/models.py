@@ -265,6 +265,11 @@ class Exec(models.Model):
     stderr_bytes = models.PositiveBigIntegerField(default=0)
     stdout_truncated = models.BooleanField(default=False)
     stderr_truncated = models.BooleanField(default=False)
+    output_size = models.PositiveBigIntegerField(
+        default=0,
+        help_text="Bytes of output stored with it (stdout and stderr), which retention counts; "
+        "0 once pruned.",
+    )
     session_restarted = models.BooleanField(
         default=False, help_text="The command ended its shell; the session was started again."
     )
@@ -280,16 +285,29 @@ class Exec(models.Model):
         ordering = ["-started_at"]
         indexes = [
             models.Index(fields=["sandbox", "-started_at"]),
-            # The fleet's commands a minute.
-            models.Index(fields=["started_at"]),
+            # The fleet's commands a minute; retention's oldest output first and its total,
+            # read from the index alone (the row's output_size lies past its output).
+            models.Index(fields=["started_at", "output_size"]),
         ]
 
     def __str__(self) -> str:
         return f"{self.command!r} → {self.exit_code}"
 
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        self.output_size = stored_size(self.stdout, self.stderr)
+        update_fields = kwargs.get("update_fields")
+        if update_fields is not None and {"stdout", "stderr"} & set(update_fields):
+            kwargs["update_fields"] = {*update_fields, "output_size"}
+        super().save(*args, **kwargs)
+
     @property
     def truncated(self) -> bool:
         return self.stdout_truncated or self.stderr_truncated
+
+
+def stored_size(stdout: str, stderr: str) -> int:
+    """Bytes that an exec's stored output takes (what `Exec.output_size` holds)."""
+    return sum(len(text.encode("utf-8", errors="surrogatepass")) for text in (stdout, stderr))
 
 
 class EventQuerySet(models.QuerySet["Event"]):
@@ -301,7 +319,8 @@ class EventQuerySet(models.QuerySet["Event"]):
 
 
 class Event(models.Model):
-    """An append-only record of a lifecycle change: who, what, when, why."""
+    """An append-only record of a lifecycle change: who, what, when, why. Only retention
+    deletes events, past BOXYARD_HISTORY_RETENTION_DAYS (`services/pruning.py`)."""
 
     pipeline = models.ForeignKey(
         Pipeline, null=True, blank=True, on_delete=models.SET_NULL, related_name="events"

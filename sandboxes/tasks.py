@@ -29,6 +29,8 @@ from sandboxes.services.moving import move_all as move_everything
 from sandboxes.services.moving import move_sandbox
 from sandboxes.services.opening import boot as boot_sandbox
 from sandboxes.services.pool import refill_pools as refill_all_pools
+from sandboxes.services.pruning import JOB as PRUNE_JOB
+from sandboxes.services.pruning import prune as prune_all
 from sandboxes.services.reaping import reap_due
 from sandboxes.services.reconciling import reconcile as reconcile_all
 from sandboxes.services.sampling import sample_fleet as take_sample
@@ -104,6 +106,13 @@ def refill_pools() -> dict[str, int] | None:
 def sample_fleet() -> int | None:
     """The fleet's minute sample, for the dashboard's charts."""
     return run_exclusive("sample_fleet", take_sample)
+
+
+@shared_task(name="sandboxes.prune", acks_late=True, soft_time_limit=600, time_limit=660)
+def prune() -> dict[str, Any] | None:
+    """Retention: old commands' output, old history (every BOXYARD_PRUNE_INTERVAL_SECONDS)."""
+    pruned = run_exclusive(PRUNE_JOB, prune_all)
+    return asdict(pruned) if pruned is not None else None
 
 
 @shared_task(name="sandboxes.build_image", acks_late=True, soft_time_limit=1800, time_limit=1860)

@@ -34,6 +34,7 @@ from sandboxes import fleet as fleet_view
 from sandboxes.charts import fleet_charts
 from sandboxes.downloads import archive_response, file_response
 from sandboxes.models import Sandbox, State, StopReason
+from sandboxes.services import pruning
 
 
 @staff_required
@@ -48,6 +49,7 @@ def fleet(request: HttpRequest) -> HttpResponse:
         "counts": counts,
         "cards": fleet_view.fleet_cards(counts),
         "totals": metrics.snapshot(write=False)["overall"],
+        "stored": pruning.stored(),
         "charts": fleet_charts(chosen.pipeline),
         "pipelines": Pipeline.objects.order_by("slug").values_list("slug", flat=True),
         "hosts": host_names(),

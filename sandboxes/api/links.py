@@ -55,7 +55,7 @@ def serve_link(request: HttpRequest, token: str) -> HttpResponseBase:
             raise InvalidInput("method", f"a link takes GET, HEAD or PUT, not {request.method}")
         used = services.use_link(token, request.method)
         if used.method == "GET":
-            return file_response(request, used.sandbox, used.path)
+            return file_response(request, used.sandbox, used.path, activity=False)
         written = services.write_file(
             used.sandbox,
             used.path,

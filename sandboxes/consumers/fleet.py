@@ -15,6 +15,7 @@ from django.utils.translation import gettext, ngettext
 from sandboxes import dashboard, fleet, live, metrics
 from sandboxes.charts import fleet_charts as charts_for
 from sandboxes.consumers.base import DashboardConsumer, shared
+from sandboxes.services import pruning
 
 
 class FleetConsumer(DashboardConsumer):
@@ -180,7 +181,8 @@ class FleetConsumer(DashboardConsumer):
 
     def _totals(self) -> str:
         return self.render(
-            "sandboxes/_totals.html", {"totals": metrics.snapshot(write=False)["overall"]}
+            "sandboxes/_totals.html",
+            {"totals": metrics.snapshot(write=False)["overall"], "stored": pruning.stored()},
         )
 
 

@@ -15,7 +15,7 @@ from boxyard.actors import Actor
 from boxyard.errors import N_, BoxyardError, ContainerGone
 from sandboxes import events
 from sandboxes.guard import acting_on
-from sandboxes.models import Exec, ExecState, Sandbox, State
+from sandboxes.models import Exec, ExecState, Sandbox, State, stored_size
 from sandboxes.runtime import AGENT_PATH, ROOT, Terminal, runtime_of
 from sandboxes.runtime.agent import CONTAINED_SINCE_VERSION, channel
 from sandboxes.services import containers
@@ -97,10 +97,12 @@ def _end(record: Exec, state: str, transcript: bytes, exit_code: int | None, err
         .pipeline.output_limit_bytes
     )
     tail = transcript[-limit:]
+    stdout = tail.decode("utf-8", errors="replace")
     Exec.objects.filter(pk=record.pk, state=ExecState.RUNNING).update(
         state=state,
         exit_code=exit_code,
-        stdout=tail.decode("utf-8", errors="replace"),
+        stdout=stdout,
+        output_size=stored_size(stdout, ""),
         stdout_bytes=len(transcript),
         stdout_truncated=len(transcript) > len(tail),
         error=error[:2000],

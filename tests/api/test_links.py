@@ -1,18 +1,26 @@
 """Signed links to one file: made by the bot API, used with no token, against the real engine.
 A download and an upload link work for their own path and method until they expire; a changed
 token, an expired link, a closed or destroyed sandbox, another method, another pipeline and a
-lease taken over since are each refused with a clear message; every use is an event."""
+lease taken over since are each refused with a clear message. A link is opaque (sealed) and
+a download writes no row and is no activity; an upload is an event."""
 
 import asyncio
+import base64
+import json
 import time
+import zlib
+from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from django.apps import apps
+from django.core import signing
 from django.test import Client
+from django.utils import timezone
 
-from sandboxes import services
-from sandboxes.models import Event
+from sandboxes import metrics, services
+from sandboxes.models import Event, Sandbox
 from tests.api.conftest import Bot
 from tests.conftest import CHAT
 
@@ -60,9 +68,83 @@ def test_a_download_link_works_without_the_token_for_its_file_only(support: Bot,
     assert body(other) == b"\x89PNG chart"
     refused = anyone.put(local(link["url"]), b"x", content_type="application/octet-stream")
     assert refused.status_code == 403 and "for GET, not PUT" in refused.json()["error"]["message"]
-    uses = Event.objects.filter(sandbox=box, action="file.link_used").count()
-    assert uses == 4  # every use the link allows is recorded
+    # Downloads are counted, not recorded one row each; making the link is an event.
+    assert not Event.objects.filter(sandbox=box, action="file.link_used").exists()
+    assert metrics.snapshot(support.pipeline)["pipelines"]["support"]["link_reads"] == 4
     assert Event.objects.filter(sandbox=box, action="file.link_created").count() == 1
+
+
+def _rows() -> dict[str, int]:
+    return {model._meta.label: model._base_manager.count() for model in apps.get_models()}
+
+
+def test_a_download_writes_no_row_and_is_not_the_bots_activity(support: Bot, box: Any) -> None:
+    """Anyone holding a link may fetch it at will: that neither grows the database nor keeps
+    the sandbox from idling out."""
+    link = local(make(support, box, path="out/chart.png").json()["url"])
+    long_ago = timezone.now() - timedelta(minutes=5)
+    Sandbox.objects.filter(pk=box.pk).update(last_activity_at=long_ago, idle_deadline=long_ago)
+    before = _rows()
+    anyone = Client()
+    for _ in range(3):
+        assert body(anyone.get(link)) == b"\x89PNG chart"
+    assert anyone.head(link).status_code == 200
+    assert anyone.get(link, HTTP_RANGE="bytes=0-3").status_code == 206
+    assert _rows() == before
+    after = Sandbox.objects.get(pk=box.pk)
+    assert (after.last_activity_at, after.idle_deadline) == (long_ago, long_ago)
+    # An upload through a link is the bot's change: an event and activity, as before.
+    put = local(make(support, box, path="inbox/a.txt", method="PUT").json()["url"])
+    Sandbox.objects.filter(pk=box.pk).update(last_activity_at=long_ago, idle_deadline=long_ago)
+    assert anyone.put(put, b"a", content_type="text/plain").status_code == 201
+    assert Event.objects.filter(sandbox=box, action="file.link_used").count() == 1
+    assert Sandbox.objects.get(pk=box.pk).last_activity_at > long_ago
+
+
+def _decodings(token: str) -> list[bytes]:
+    """Whatever base64 (either alphabet) and zlib make of the token and of its pieces."""
+    found = []
+    for piece in {token, *token.replace(":", ".").split(".")}:
+        for decode in (base64.urlsafe_b64decode, base64.b64decode):
+            try:
+                raw = decode(piece + "=" * (-len(piece) % 4))
+            except ValueError:
+                continue
+            found.append(raw)
+            try:
+                found.append(zlib.decompress(raw))
+            except zlib.error:
+                pass
+    return found
+
+
+def test_a_link_is_opaque_and_any_change_to_it_is_refused(support: Bot, box: Any) -> None:
+    link = local(make(support, box, path="out/chart.png").json()["url"])
+    token = link.removeprefix("/links/")
+    secrets = [box.scope_key, str(box.pk), box.pk.hex, "chart.png", "workspace"]
+    for decoded in _decodings(token):
+        assert not any(secret.encode() in decoded for secret in secrets)
+        with pytest.raises(ValueError):
+            json.loads(decoded)
+    anyone = Client()
+    assert anyone.get(link).status_code == 200
+    changed = [
+        token[:i] + ("A" if token[i] != "A" else "B") + token[i + 1 :]
+        for i in (0, 5, len(token) // 2, len(token) - 2, len(token) - 1)
+    ]
+    changed += [token[:-1], token + "A", token[:20], token[::-1], "x", token + "!!"]
+    for bad in changed:
+        refused = anyone.get(f"/links/{bad}")
+        assert refused.status_code == 403, bad
+        assert "not valid" in refused.json()["error"]["message"]
+    # A link made the old way (readable, signed), with this very sandbox's claims: invalid.
+    old = signing.dumps(
+        {"s": str(box.pk), "g": box.generation, "p": "/workspace/out/chart.png", "m": "GET",
+         "h": "", "e": 0, "x": int(time.time()) + 600},
+        salt="boxyard.files.link",
+        compress=True,
+    )  # fmt: skip
+    assert anyone.get(f"/links/{old}").status_code == 403
 
 
 def test_an_upload_link_writes_its_path_under_the_lease_it_was_made_under(

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from boxyard.errors import NotFound
 from sandboxes import live, metrics
-from sandboxes.models import Exec, ExecState, Sandbox
+from sandboxes.models import Exec, ExecState, Sandbox, stored_size
 from sandboxes.runtime import answers
 from sandboxes.runtime.agent import channel
 
@@ -70,6 +70,7 @@ def finish_from_status(record: Exec, status: dict[str, Any]) -> Exec:
         "error": "; ".join(notes)[:2000],
         "finished_at": timezone.now(),
     }
+    values["output_size"] = stored_size(values["stdout"], values["stderr"])
     with transaction.atomic():
         updated = Exec.objects.filter(pk=record.pk, state=ExecState.RUNNING).update(**values)
         if updated:

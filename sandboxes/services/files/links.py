@@ -3,12 +3,15 @@ the pipeline's token, until it expires, so a bot can hand a chat user a file or 
 put one.
 
 A link is the sandbox, its generation, the path, the method, the lease it was made under
-and its expiry, signed with Django's signing (HMAC with a key derived from SECRET_KEY, which
-only the server holds). Nothing is stored: a changed byte breaks the signature (403), a link
-past its expiry is refused (403), a link of a sandbox destroyed since is 404, and one whose
-sandbox was closed since (stopped, or started again as a new generation) is 403. An upload
-link acts under the lease it was made under, so a takeover fences it off like any other
-writer. Every use is an event.
+and its expiry, sealed (`boxyard.sealed`: encrypted and authenticated with a key derived from
+SECRET_KEY, which only the server holds), so that its holder learns nothing from it, not even
+the sandbox or the path. Nothing is stored: a changed byte breaks the seal (403), a link past
+its expiry is refused (403), a link of a sandbox destroyed since is 404, and one whose sandbox
+was closed since (stopped, or started again as a new generation) is 403. An upload link acts
+under the lease it was made under, so a takeover fences it off like any other writer, and its
+use is an event. A download (GET or HEAD) writes no row and is not the bot's activity (anyone
+holding the link may repeat it at will): it is counted, per pipeline, in the metric
+`boxyard_link_reads_total`.
 """
 
 from dataclasses import dataclass
@@ -16,18 +19,18 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.core import signing
 from django.db import transaction
 from django.utils import timezone
 
 from boxyard.actors import Actor
 from boxyard.errors import N_, InvalidInput, LinkRefused, NotFound
-from sandboxes import events
+from boxyard.sealed import Unsealable, seal, unseal
+from sandboxes import events, metrics
 from sandboxes.guard import acting_on, require_running
 from sandboxes.models import Sandbox, State
 from sandboxes.services.files.paths import workspace_path
 
-_SALT = "boxyard.files.link"
+_PURPOSE = "boxyard.files.link"
 METHODS = ("GET", "PUT")
 
 
@@ -71,7 +74,7 @@ def create_link(
         holder_now = acting.holder
         epoch_now = acting.lease.epoch if acting.lease is not None else 0
     expires_at = timezone.now() + timedelta(seconds=seconds)
-    token = signing.dumps(
+    token = seal(
         {
             "s": str(sandbox.pk),
             "g": sandbox.generation,
@@ -81,8 +84,7 @@ def create_link(
             "e": epoch_now,
             "x": int(expires_at.timestamp()),
         },
-        salt=_SALT,
-        compress=True,
+        _PURPOSE,
     )
     with transaction.atomic():
         events.record(
@@ -97,11 +99,11 @@ def create_link(
 
 
 def use_link(token: str, method: str) -> UsedLink:
-    """The link's sandbox and path if the link holds for `method` (HEAD goes with GET);
-    recorded as an event."""
+    """The link's sandbox and path if the link holds for `method` (HEAD goes with GET); an
+    upload is an event, a download is counted."""
     try:
-        claims: dict[str, Any] = signing.loads(token, salt=_SALT)
-    except signing.BadSignature:
+        claims: dict[str, Any] = unseal(token, _PURPOSE)
+    except Unsealable:
         raise LinkRefused(
             N_("this link is not valid (it was changed or is not Boxyard's)")
         ) from None
@@ -120,8 +122,11 @@ def use_link(token: str, method: str) -> UsedLink:
         raise LinkRefused(N_("the sandbox of this link has been closed since it was made"))
     require_running(sandbox, N_("use a link"))
     actor = Actor("bot", f"link:{claims['h']}")
-    with transaction.atomic():
-        events.record(actor, "file.link_used", sandbox=sandbox, path=claims["p"], method=method)
+    if wanted == "GET":
+        metrics.count("boxyard_link_reads_total", sandbox.pipeline.slug)
+    else:
+        with transaction.atomic():
+            events.record(actor, "file.link_used", sandbox=sandbox, path=claims["p"], method=method)
     return UsedLink(
         sandbox=sandbox,
         path=claims["p"],

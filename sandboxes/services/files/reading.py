@@ -1,6 +1,7 @@
 """Reading files under /workspace, inside the sandbox as the sandbox user: a slice for the JSON
 calls, or a stream of any size, whole or from a byte range. A read needs a running sandbox
-and is activity; it changes nothing, so it needs no lease.
+and is activity (but for a signed link's: `activity=False`); it changes nothing, so it needs
+no lease.
 
 Every read starts with the file's identity (size, modification time, inode): a stream's
 headers are made from it (Content-Length, ETag, Last-Modified), and a range read after a
@@ -68,9 +69,9 @@ def read_file(sandbox: Sandbox, path: object, max_bytes: object = None) -> FileC
     return FileContent(data=data[:limit], size_bytes=info.size_bytes)
 
 
-def stat_file(sandbox: Sandbox, path: object) -> FileInfo:
+def stat_file(sandbox: Sandbox, path: object, *, activity: bool = True) -> FileInfo:
     """What a stream of the file would carry in its headers."""
-    info, body = open_file_stream(sandbox, path, length=0)
+    info, body = open_file_stream(sandbox, path, length=0, activity=activity)
     body.close()
     return info
 
@@ -82,12 +83,16 @@ def open_file_stream(
     start: int = 0,
     length: int = -1,
     expect: FileInfo | None = None,
+    activity: bool = True,
 ) -> tuple[FileInfo, "FileStream"]:
     """The file's identity and a stream of `length` of its bytes from `start` (-1: to the
     end), read from the sandbox as they are sent, never held whole. With `expect`, a file
-    that is no longer that one is refused (409)."""
+    that is no longer that one is refused (409). `activity`: the read moves the sandbox's
+    idle deadline."""
     target = workspace_path(path)
-    _reading(sandbox)
+    require_running(sandbox, N_("read files"))
+    if activity:
+        sandbox.record_activity()
     identity = expect.identity if expect else None
     connection = direct(sandbox)
     if connection is not None:
@@ -185,9 +190,3 @@ def _clean_max_bytes(max_bytes: object) -> int:
             "max_bytes", N_("must be at most %(most)s (BOXYARD_MAX_OUTPUT_BYTES)", most=ceiling)
         )
     return max_bytes
-
-
-def _reading(sandbox: Sandbox) -> None:
-    """A read needs a running sandbox, and is activity."""
-    require_running(sandbox, N_("read files"))
-    sandbox.record_activity()
