@@ -25,6 +25,11 @@ PER_CALLER = 2
 LONG_CALLS = 4
 
 
+@pytest.fixture(autouse=True)
+def _no_container_left(docker_engine: Any) -> None:
+    """Each test's sandboxes are removed after it (`docker_engine`)."""
+
+
 @pytest.fixture(scope="module")
 def server(
     tmp_path_factory: pytest.TempPathFactory, django_db_setup: None, engine: Any

@@ -41,7 +41,6 @@ def test_a_second_host_at_the_address_of_locals_engine_is_refused_everywhere(
 ) -> None:
     settings.ALLOWED_HOSTS = ["testserver"]
     local = DockerHost.objects.get(pk=default_host_pk())
-    assert local.engine_id == ""  # never checked yet: asked when it matters
 
     with pytest.raises(CommandError, match=TAKEN):
         call_command("hosts", "add", "twin", "--url", local_engine(), stdout=io.StringIO())
@@ -106,7 +105,9 @@ def test_the_reconciler_of_two_hosts_on_one_engine_removes_nothing_of_the_others
     assert (on_local.host_id, on_twin.host_id) == (local.pk, twin.pk)
 
     done = reconcile(grace_seconds=0)
-    assert done.containers_removed == [] and done.lost == [], done
+    ours = {on_local.container_name, on_twin.container_name}
+    # (What other tests left behind on the shared engine may go; neither of these two.)
+    assert not ours & set(done.containers_removed) and done.lost == [], done
     assert sorted(done.elsewhere) == sorted([on_local.container_name, on_twin.container_name])
     for sandbox in (on_local, on_twin):
         assert Sandbox.objects.get(pk=sandbox.pk).state == State.RUNNING
