@@ -6,15 +6,14 @@ from typing import Any
 from django.http import HttpRequest, StreamingHttpResponse
 from django.utils.http import content_disposition_header
 from ninja import Query, Router
-from ninja.responses import codes_4xx, codes_5xx
 
 from boxyard.threads import pulled
 from pipelines.models import Pipeline
 from sandboxes import selectors, services
-from sandboxes.api.common import principal, responds
+from sandboxes.api.common import BODY, CHANGES, READS, principal, responds
 from sandboxes.api.sse import event_stream
 from sandboxes.models import Sandbox
-from sandboxes.schemas import ErrorOut, Fencing
+from sandboxes.schemas import Fencing
 from sandboxes.schemas.execs import (
     SSE_EVENT,
     ExecIn,
@@ -33,7 +32,9 @@ from sandboxes.selectors import Principal
 router = Router(tags=["sandboxes"])
 
 
-@router.post("/sandboxes/{sandbox_id}/exec", response=responds(ExecOut), summary="Run a command")
+@router.post(
+    "/sandboxes/{sandbox_id}/exec", response=responds(ExecOut, CHANGES), summary="Run a command"
+)
 def exec_command(request: HttpRequest, sandbox_id: str, body: ExecIn) -> dict[str, Any]:
     return run_command(principal(request), sandbox_id, body)
 
@@ -90,7 +91,7 @@ def exec_output(
 
 @router.get(
     "/sandboxes/{sandbox_id}/execs/{exec_id}/output/raw",
-    response={200: None, codes_4xx: ErrorOut, codes_5xx: ErrorOut},
+    response=responds(None, READS),
     summary="One stream of an exec's output, all that is kept, as bytes",
     openapi_extra={
         "responses": {
@@ -118,7 +119,7 @@ def exec_output_raw(
 
 @router.get(
     "/sandboxes/{sandbox_id}/execs/{exec_id}/stream",
-    response={200: None, codes_4xx: ErrorOut, codes_5xx: ErrorOut},
+    response=responds(None, READS),
     summary="An exec's output as server-sent events, as it is produced",
     openapi_extra={
         "responses": {
@@ -140,7 +141,7 @@ def exec_stream(
 
 @router.post(
     "/sandboxes/{sandbox_id}/execs/{exec_id}/wait",
-    response=responds(WaitOut),
+    response=responds(WaitOut, BODY),
     summary="Wait for an exec",
 )
 def exec_wait(request: HttpRequest, sandbox_id: str, exec_id: str, body: WaitIn) -> dict[str, Any]:
@@ -151,7 +152,7 @@ def exec_wait(request: HttpRequest, sandbox_id: str, exec_id: str, body: WaitIn)
 
 @router.post(
     "/sandboxes/{sandbox_id}/execs/{exec_id}/kill",
-    response=responds(KillOut),
+    response=responds(KillOut, CHANGES),
     summary="Kill an exec",
 )
 def exec_kill(request: HttpRequest, sandbox_id: str, exec_id: str, body: Fencing) -> dict[str, Any]:

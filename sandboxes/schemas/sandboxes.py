@@ -9,7 +9,7 @@ from ninja import Field, Schema
 from pydantic import StrictInt, StrictStr
 
 from sandboxes.models import Lease, Sandbox
-from sandboxes.schemas.common import Fencing
+from sandboxes.schemas.common import Fencing, FencingQuery, Input
 from sandboxes.services import ResetResult, WorkspaceUsage
 
 VariableValue = StrictStr | StrictInt
@@ -52,7 +52,7 @@ class SandboxOut(Schema):
     )
 
 
-class OpenIn(Schema):
+class OpenIn(Input):
     pipeline: str = Field(..., min_length=1, max_length=50, description="The pipeline's slug.")
     variables: dict[str, VariableValue | None] = Field(
         default_factory=dict,
@@ -101,13 +101,13 @@ class CloseOut(Schema):
     status: str
 
 
-class CloseQuery(Fencing):
+class CloseQuery(FencingQuery):
     delete_workspace: bool = Field(
         False, description="Also delete every file in /workspace (default false)."
     )
 
 
-class TakeoverIn(Schema):
+class TakeoverIn(Input):
     holder: str | None = Field(None, max_length=200)
     reason: str = Field("", max_length=200)
 

@@ -2,16 +2,20 @@
 pipeline's managed processes."""
 
 from ninja import Field, Schema
-from pydantic import StrictStr
 
-from sandboxes.schemas.common import Fencing
-from sandboxes.schemas.execs import Chunk
+from sandboxes.models import SESSION_NAME
+from sandboxes.schemas.common import B64, Fencing
+from sandboxes.schemas.execs import Chunk, Cwd, Env
 
 
 class SessionIn(Fencing):
-    name: str = Field(..., min_length=1, max_length=64)
-    cwd: str | None = Field(None, description="Starting directory; default /workspace.")
-    env: dict[str, StrictStr] | None = Field(None, description="Starting variables.")
+    name: str = Field(
+        ...,
+        pattern=f"^{SESSION_NAME}$",
+        description="1-64 letters, digits, '.', '_' or '-', starting with a letter or digit.",
+    )
+    cwd: Cwd | None = Field(None, description="Starting directory; default /workspace.")
+    env: Env | None = Field(None, description="Starting variables.")
 
 
 class SessionOut(Schema):
@@ -43,7 +47,7 @@ class ProcessListOut(Schema):
 
 class StdinIn(Fencing):
     text: str | None = Field(None, description="Text to write (UTF-8).")
-    data_b64: str | None = Field(None, description="Or bytes, base64-encoded.")
+    data_b64: str | None = Field(None, pattern=B64, description="Or bytes, base64-encoded.")
     eof: bool = Field(False, description="Close stdin after writing.")
 
 
