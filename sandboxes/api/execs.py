@@ -1,7 +1,7 @@
 """The bot API's routes for commands: run one, read its output (polled or as server-sent
 events), wait for it, kill it."""
 
-from typing import Any
+from typing import Any, Literal
 
 from django.http import HttpRequest, StreamingHttpResponse
 from django.utils.http import content_disposition_header
@@ -103,7 +103,10 @@ def exec_output(
     },
 )
 def exec_output_raw(
-    request: HttpRequest, sandbox_id: str, exec_id: str, stream: str = "stdout"
+    request: HttpRequest,
+    sandbox_id: str,
+    exec_id: str,
+    stream: Literal["stdout", "stderr"] = "stdout",
 ) -> StreamingHttpResponse:
     who = principal(request)
     record = selectors.exec_for(who, selectors.sandbox_for(who, sandbox_id), exec_id)

@@ -18,6 +18,7 @@ from sandboxes.schemas.shells import (
     SessionIn,
     SessionListOut,
     SessionOut,
+    SessionToEnd,
     StdinIn,
     StdinOut,
 )
@@ -53,7 +54,10 @@ def create_session(request: HttpRequest, sandbox_id: str, body: SessionIn) -> di
     summary="End a shell session",
 )
 def delete_session(
-    request: HttpRequest, sandbox_id: str, name: str, query: Query[FencingQuery]
+    request: HttpRequest,
+    sandbox_id: str,
+    query: Query[FencingQuery],
+    name: SessionToEnd,
 ) -> dict[str, Any]:
     who = principal(request)
     sandbox = selectors.sandbox_for(who, sandbox_id)

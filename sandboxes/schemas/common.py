@@ -8,15 +8,46 @@ is. The services still check the meaning (paths inside /workspace, the sandbox's
 known variables) and name the field they refuse.
 """
 
+from typing import Annotated, Any
+
 from ninja import Field, Schema
-from pydantic import ConfigDict
+from pydantic import BeforeValidator, ConfigDict
 
 # Text the kernel takes as a path or an argument: no NUL character.
 NO_NUL = r"^[^\x00]*$"
 # Base64 as the services decode it (validated, padded, padding only at the end).
 B64 = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+# The largest count the agent and the database hold (a sequence number, an epoch).
+COUNT_MAX = 2**63 - 1
 # Octal permissions such as "0644" or "755", at most 0777.
 MODE = r"^(?:0*[0-7]{1,3})?$"
+
+
+def _whole(value: Any) -> Any:
+    """JSON's 3.0 is the integer 3 (as JSON Schema says); 3.5, "3" and true stay refused."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+# An integer of a request body: strict, but a whole number written as 3.0 is one. Bounds go
+# before WHOLE (`Annotated[int, Field(ge=1), WHOLE]`), or the document loses them.
+WHOLE = BeforeValidator(_whole)
+Integer = Annotated[int, WHOLE]
+
+
+def present(name: str, schema: dict[str, Any]) -> dict[str, Any]:
+    """JSON Schema: the object has `name`, and its value matches `schema` (null does not)."""
+    return {"required": [name], "properties": {name: schema}}
+
+
+def together(*clauses: dict[str, Any]) -> dict[str, Any]:
+    """JSON Schema: every clause holds (each a `present`)."""
+    merged: dict[str, Any] = {"required": [], "properties": {}}
+    for clause in clauses:
+        merged["required"] += clause["required"]
+        merged["properties"].update(clause["properties"])
+    return merged
 
 
 class ErrorBody(Schema):
@@ -41,11 +72,15 @@ class Fencing(Input):
     """Optional on every call that changes a sandbox: who acts, and the epoch it holds."""
 
     holder: str | None = Field(None, max_length=200, description="Defaults to the scope key.")
-    epoch: int | None = Field(None, ge=0, description="Refused if the lease has moved on.")
+    epoch: Annotated[int, Field(ge=0, le=COUNT_MAX), WHOLE] | None = Field(
+        None, description="Refused if the lease has moved on."
+    )
 
 
 class FencingQuery(Schema):
     """`Fencing` for calls that take it in the query (a DELETE, an upload's body is bytes)."""
 
     holder: str | None = Field(None, max_length=200, description="Defaults to the scope key.")
-    epoch: int | None = Field(None, ge=0, description="Refused if the lease has moved on.")
+    epoch: int | None = Field(
+        None, ge=0, le=COUNT_MAX, description="Refused if the lease has moved on."
+    )

@@ -6,10 +6,18 @@ from uuid import UUID
 
 from django.conf import settings
 from ninja import Field, Schema
-from pydantic import StringConstraints, WithJsonSchema
+from pydantic import ConfigDict, StringConstraints, WithJsonSchema
 
 from sandboxes.models import SESSION_NAME, Exec, ExecState
-from sandboxes.schemas.common import NO_NUL, Fencing, Input
+from sandboxes.schemas.common import (
+    COUNT_MAX,
+    NO_NUL,
+    WHOLE,
+    Fencing,
+    Input,
+    present,
+    together,
+)
 from sandboxes.services import RunResult
 from sandboxes.services.compute import MAX_FILES
 from sandboxes.services.execs.requests import MAX_COMMAND_BYTES, MAX_ENV_VARS
@@ -59,10 +67,24 @@ Files = Annotated[
         }
     ),
 ]
-Timeout = Annotated[int, Field(ge=1, le=settings.BOXYARD_MAX_EXEC_TIMEOUT)]
+Timeout = Annotated[int, Field(ge=1, le=settings.BOXYARD_MAX_EXEC_TIMEOUT), WHOLE]
+
+
+FRESH = present("fresh", {"const": True})
+A_SESSION = {"type": "string", "minLength": 1, "not": {"const": "default"}}
 
 
 class ExecIn(Fencing):
+    # A fresh exec runs in the foreground, outside any session (the service refuses both).
+    model_config = ConfigDict(
+        json_schema_extra={
+            "allOf": [
+                {"not": together(FRESH, present("background", {"const": True}))},
+                {"not": together(FRESH, present("session", A_SESSION))},
+            ]
+        }
+    )
+
     cmd: Argv | ShellCommand = Field(
         ...,
         description='A shell command such as "python main.py > out.txt" (run by the session\'s '
@@ -156,6 +178,7 @@ class OutputQuery(Schema):
     since_seq: int = Field(
         0,
         ge=0,
+        le=COUNT_MAX,
         description="The seq of the last chunk already read: only chunks after it are returned "
         "(0, the default: from the start).",
     )
@@ -165,7 +188,9 @@ class OutputQuery(Schema):
 
 
 class StreamQuery(Schema):
-    since_seq: int = Field(0, ge=0, description="The last sequence number already seen (0: none).")
+    since_seq: int = Field(
+        0, ge=0, le=COUNT_MAX, description="The last sequence number already seen (0: none)."
+    )
 
 
 class RunIn(Input):

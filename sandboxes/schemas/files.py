@@ -3,12 +3,22 @@ presenters that turn the services' answers into them."""
 
 import base64
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from django.conf import settings
 from ninja import Field, Schema
+from pydantic import ConfigDict
 
-from sandboxes.schemas.common import B64, MODE, NO_NUL, Fencing, FencingQuery
+from sandboxes.schemas.common import (
+    B64,
+    MODE,
+    NO_NUL,
+    WHOLE,
+    Fencing,
+    FencingQuery,
+    present,
+    together,
+)
 from sandboxes.services.files import FileContent, FileEntry
 
 PATH = "File path, relative to /workspace."
@@ -22,6 +32,15 @@ def path_field(default: Any = ..., description: str = PATH) -> Any:
 
 
 class WriteIn(Fencing):
+    # Text or base64, not both (the service says so); neither writes an empty file.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "not": together(
+                present("contents", {"type": "string"}), present("contents_b64", {"type": "string"})
+            )
+        }
+    )
+
     path: str = path_field()
     contents: str | None = Field(None, description="Text contents (UTF-8).")
     contents_b64: str | None = Field(
@@ -132,10 +151,10 @@ class LinkIn(Fencing):
     method: Literal["GET", "PUT"] = Field(
         "GET", description="GET: a download link (the default); PUT: an upload."
     )
-    expires_in_seconds: int | None = Field(
+    expires_in_seconds: (
+        Annotated[int, Field(ge=1, le=settings.BOXYARD_FILE_LINK_MAX_SECONDS), WHOLE] | None
+    ) = Field(
         None,
-        ge=1,
-        le=settings.BOXYARD_FILE_LINK_MAX_SECONDS,
         description="How long the link works (default one hour; at most "
         "BOXYARD_FILE_LINK_MAX_SECONDS).",
     )

@@ -6,13 +6,13 @@ from typing import Any
 from uuid import UUID
 
 from ninja import Field, Schema
-from pydantic import StrictInt, StrictStr
+from pydantic import StrictStr
 
 from sandboxes.models import Lease, Sandbox
-from sandboxes.schemas.common import Fencing, FencingQuery, Input
+from sandboxes.schemas.common import Fencing, FencingQuery, Input, Integer
 from sandboxes.services import ResetResult, WorkspaceUsage
 
-VariableValue = StrictStr | StrictInt
+VariableValue = StrictStr | Integer
 
 
 class LeaseOut(Schema):
