@@ -19,6 +19,10 @@ NO_NUL = r"^[^\x00]*$"
 B64 = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 # The largest count the agent and the database hold (a sequence number, an epoch).
 COUNT_MAX = 2**63 - 1
+# A line of text as the services take it: no control character (below U+0020).
+LINE = r"^[^\x00-\x1f]*$"
+# A lease holder: empty (the default holder) or a line that is not only blank.
+HOLDER = r"^(?:[^\x00-\x1f]*[^\x00-\x1f\s][^\x00-\x1f]*)?$"
 # Octal permissions such as "0644" or "755", at most 0777.
 MODE = r"^(?:0*[0-7]{1,3})?$"
 
@@ -71,7 +75,9 @@ class Input(Schema):
 class Fencing(Input):
     """Optional on every call that changes a sandbox: who acts, and the epoch it holds."""
 
-    holder: str | None = Field(None, max_length=200, description="Defaults to the scope key.")
+    holder: str | None = Field(
+        None, max_length=200, pattern=HOLDER, description="Defaults to the scope key."
+    )
     epoch: Annotated[int, Field(ge=0, le=COUNT_MAX), WHOLE] | None = Field(
         None, description="Refused if the lease has moved on."
     )
@@ -80,7 +86,9 @@ class Fencing(Input):
 class FencingQuery(Schema):
     """`Fencing` for calls that take it in the query (a DELETE, an upload's body is bytes)."""
 
-    holder: str | None = Field(None, max_length=200, description="Defaults to the scope key.")
+    holder: str | None = Field(
+        None, max_length=200, pattern=HOLDER, description="Defaults to the scope key."
+    )
     epoch: int | None = Field(
         None, ge=0, le=COUNT_MAX, description="Refused if the lease has moved on."
     )

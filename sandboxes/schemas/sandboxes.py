@@ -9,7 +9,7 @@ from ninja import Field, Schema
 from pydantic import StrictStr
 
 from sandboxes.models import Lease, Sandbox
-from sandboxes.schemas.common import Fencing, FencingQuery, Input, Integer
+from sandboxes.schemas.common import HOLDER, LINE, Fencing, FencingQuery, Input, Integer
 from sandboxes.services import ResetResult, WorkspaceUsage
 
 VariableValue = StrictStr | Integer
@@ -60,7 +60,7 @@ class OpenIn(Input):
         "query_id, user_id, task_id, workflow_run_id, session_key); the pipeline's scope "
         "template decides which are needed.",
     )
-    holder: str | None = Field(None, max_length=200)
+    holder: str | None = Field(None, max_length=200, pattern=HOLDER)
     background: bool = Field(
         False,
         alias="async",
@@ -87,7 +87,9 @@ class KeepAliveOut(Schema):
 
 
 class ResetIn(Fencing):
-    reason: str | None = Field(None, max_length=200, description="Why, for the event it records.")
+    reason: str | None = Field(
+        None, max_length=200, pattern=LINE, description="Why, for the event it records."
+    )
 
 
 class ResetOut(Schema):
@@ -108,8 +110,8 @@ class CloseQuery(FencingQuery):
 
 
 class TakeoverIn(Input):
-    holder: str | None = Field(None, max_length=200)
-    reason: str = Field("", max_length=200)
+    holder: str | None = Field(None, max_length=200, pattern=HOLDER)
+    reason: str = Field("", max_length=200, pattern=LINE)
 
 
 def lease_out(lease: Lease) -> dict[str, Any]:
