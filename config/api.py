@@ -105,6 +105,8 @@ def on_validation_error(request: HttpRequest, error: ValidationError) -> HttpRes
     first = error.errors[0] if error.errors else {}
     field = field_name(first.get("loc", ()))
     message = first.get("msg", "invalid input")
+    if first.get("type") == "extra_forbidden":  # a typo must not be ignored (schemas.Input)
+        message = "is not a field of this call"
     return error_response(
         request,
         400,

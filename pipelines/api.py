@@ -4,11 +4,9 @@ from typing import Any
 
 from django.http import HttpRequest
 from ninja import Router, Schema
-from ninja.responses import codes_4xx, codes_5xx
 
 from pipelines import selectors, tools
-from sandboxes.api.common import principal
-from sandboxes.schemas import ErrorOut
+from sandboxes.api.common import ANY, principal, responds
 
 router = Router(tags=["pipelines"])
 
@@ -23,7 +21,7 @@ class ToolsOut(Schema):
 
 @router.get(
     "/pipelines/{slug}/tools",
-    response={200: ToolsOut, codes_4xx: ErrorOut, codes_5xx: ErrorOut},
+    response=responds(ToolsOut, ANY),
     summary="Tool definitions and system prompt for an LLM",
 )
 def pipeline_tools(request: HttpRequest, slug: str) -> dict[str, Any]:

@@ -77,7 +77,8 @@ def archive_response(archive: Archive) -> StreamingHttpResponse:
 
 def _range(request: HttpRequest, info: FileInfo) -> tuple[int, int] | None:
     """(start, length) of the one range asked for; None for the whole file (no range, a form
-    this server does not serve, several ranges, or an If-Range that no longer holds)."""
+    this server does not serve, several ranges, an invalid range such as `bytes=5-3`, which
+    RFC 9110 says to ignore, or an If-Range that no longer holds)."""
     if_range = request.headers.get("If-Range")
     if if_range is not None and if_range != info.etag:
         return None
@@ -94,6 +95,8 @@ def _range(request: HttpRequest, info: FileInfo) -> tuple[int, int] | None:
             )
         return size - length, length
     start = int(first)
+    if last and int(last) < start:  # invalid, not unsatisfiable: ignored (RFC 9110 14.2)
+        return None
     end = min(int(last), size - 1) if last else size - 1
     if start >= size or end < start:
         raise RangeNotSatisfiable(

@@ -1,21 +1,20 @@
 """The bot API's routes for commands: run one, read its output (polled or as server-sent
 events), wait for it, kill it."""
 
-from typing import Any
+from typing import Any, Literal
 
 from django.http import HttpRequest, StreamingHttpResponse
 from django.utils.http import content_disposition_header
 from ninja import Query, Router
-from ninja.responses import codes_4xx, codes_5xx
 
 from boxyard.later import Awaited, Later
 from boxyard.threads import pulled
 from pipelines.models import Pipeline
 from sandboxes import selectors, services
-from sandboxes.api.common import later, principal, responds
+from sandboxes.api.common import BODY, CHANGES, READS, later, principal, responds
 from sandboxes.api.sse import event_stream
 from sandboxes.models import Sandbox
-from sandboxes.schemas import ErrorOut, Fencing
+from sandboxes.schemas import Fencing
 from sandboxes.schemas.execs import (
     SSE_EVENT,
     ExecIn,
@@ -35,7 +34,9 @@ from sandboxes.services.shares import long_call
 router = Router(tags=["sandboxes"])
 
 
-@router.post("/sandboxes/{sandbox_id}/exec", response=responds(ExecOut), summary="Run a command")
+@router.post(
+    "/sandboxes/{sandbox_id}/exec", response=responds(ExecOut, CHANGES), summary="Run a command"
+)
 def exec_command(request: HttpRequest, sandbox_id: str, body: ExecIn) -> Later:
     return later(run_command(principal(request), sandbox_id, body), ExecOut, lambda answer: answer)
 
@@ -93,7 +94,7 @@ def exec_output(
 
 @router.get(
     "/sandboxes/{sandbox_id}/execs/{exec_id}/output/raw",
-    response={200: None, codes_4xx: ErrorOut, codes_5xx: ErrorOut},
+    response=responds(None, READS),
     summary="One stream of an exec's output, all that is kept, as bytes",
     openapi_extra={
         "responses": {
@@ -105,7 +106,10 @@ def exec_output(
     },
 )
 def exec_output_raw(
-    request: HttpRequest, sandbox_id: str, exec_id: str, stream: str = "stdout"
+    request: HttpRequest,
+    sandbox_id: str,
+    exec_id: str,
+    stream: Literal["stdout", "stderr"] = "stdout",
 ) -> StreamingHttpResponse:
     who = principal(request)
     record = selectors.exec_for(who, selectors.sandbox_for(who, sandbox_id), exec_id)
@@ -121,7 +125,7 @@ def exec_output_raw(
 
 @router.get(
     "/sandboxes/{sandbox_id}/execs/{exec_id}/stream",
-    response={200: None, codes_4xx: ErrorOut, codes_5xx: ErrorOut},
+    response=responds(None, READS),
     summary="An exec's output as server-sent events, as it is produced",
     openapi_extra={
         "responses": {
@@ -145,7 +149,7 @@ def exec_stream(
 
 @router.post(
     "/sandboxes/{sandbox_id}/execs/{exec_id}/wait",
-    response=responds(WaitOut),
+    response=responds(WaitOut, BODY),
     summary="Wait for an exec",
 )
 def exec_wait(request: HttpRequest, sandbox_id: str, exec_id: str, body: WaitIn) -> Later:
@@ -156,7 +160,7 @@ def exec_wait(request: HttpRequest, sandbox_id: str, exec_id: str, body: WaitIn)
 
 @router.post(
     "/sandboxes/{sandbox_id}/execs/{exec_id}/kill",
-    response=responds(KillOut),
+    response=responds(KillOut, CHANGES),
     summary="Kill an exec",
 )
 def exec_kill(request: HttpRequest, sandbox_id: str, exec_id: str, body: Fencing) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from django.http import HttpRequest
 from ninja import Query, Router
 
 from sandboxes import selectors, services
-from sandboxes.api.common import principal, responds
+from sandboxes.api.common import LEASED, WRITES, principal, responds
 from sandboxes.schemas.files import (
     DeleteOut,
     DeleteQuery,
@@ -23,7 +23,9 @@ from sandboxes.schemas.files import (
 router = Router(tags=["sandboxes"])
 
 
-@router.put("/sandboxes/{sandbox_id}/files", response=responds(WriteOut), summary="Write a file")
+@router.put(
+    "/sandboxes/{sandbox_id}/files", response=responds(WriteOut, WRITES), summary="Write a file"
+)
 def write_file(request: HttpRequest, sandbox_id: str, body: WriteIn) -> dict[str, Any]:
     who = principal(request)
     sandbox = selectors.sandbox_for(who, sandbox_id)
@@ -60,7 +62,7 @@ def list_files(request: HttpRequest, sandbox_id: str, query: Query[ListQuery]) -
 
 
 @router.delete(
-    "/sandboxes/{sandbox_id}/files", response=responds(DeleteOut), summary="Delete a file"
+    "/sandboxes/{sandbox_id}/files", response=responds(DeleteOut, LEASED), summary="Delete a file"
 )
 def delete_file(request: HttpRequest, sandbox_id: str, query: Query[DeleteQuery]) -> dict[str, Any]:
     who = principal(request)

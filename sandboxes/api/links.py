@@ -1,20 +1,20 @@
 """Signed links (`services/files/links.py`): the bot API's call that makes one, and the route
 that serves one to whoever holds it, with no token: `GET`/`HEAD` download the file (ranges
-and all, as `files/raw` does), `PUT` uploads it (streamed as it arrives)."""
+and all, as `files/raw` does), `PUT` uploads it (streamed as it arrives); any other method is
+405 with the link's methods in `Allow`."""
 
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from ninja import Router
-from ninja.responses import Status, codes_4xx, codes_5xx
+from ninja.responses import Status
 
-from boxyard.errors import BoxyardError, InvalidInput, problem
+from boxyard.errors import BoxyardError, problem
 from config.bodies import content_length, pieces
 from sandboxes import selectors, services
-from sandboxes.api.common import principal
+from sandboxes.api.common import CHANGES, principal, responds
 from sandboxes.downloads import file_response
-from sandboxes.schemas import ErrorOut
 from sandboxes.schemas.files import LinkIn, LinkOut
 
 router = Router(tags=["sandboxes"])
@@ -22,7 +22,7 @@ router = Router(tags=["sandboxes"])
 
 @router.post(
     "/sandboxes/{sandbox_id}/files/links",
-    response={201: LinkOut, codes_4xx: ErrorOut, codes_5xx: ErrorOut},
+    response=responds(LinkOut, CHANGES, status=201),
     summary="Make a link that downloads or uploads one file without the token",
 )
 def create_link(request: HttpRequest, sandbox_id: str, body: LinkIn) -> Status[dict[str, Any]]:
@@ -50,9 +50,9 @@ def create_link(request: HttpRequest, sandbox_id: str, body: LinkIn) -> Status[d
 
 @csrf_exempt  # the link is the credential; no cookie is read
 def serve_link(request: HttpRequest, token: str) -> HttpResponseBase:
+    if request.method not in ("GET", "HEAD", "PUT"):
+        return method_not_allowed(request, services.link_methods(token))
     try:
-        if request.method not in ("GET", "HEAD", "PUT"):
-            raise InvalidInput("method", f"a link takes GET, HEAD or PUT, not {request.method}")
         used = services.use_link(token, request.method)
         if used.method == "GET":
             return file_response(request, used.sandbox, used.path, activity=False)
@@ -76,3 +76,19 @@ def serve_link(request: HttpRequest, token: str) -> HttpResponseBase:
         for name, value in answer.headers.items():
             response[name] = value
         return response
+
+
+def method_not_allowed(request: HttpRequest, allowed: tuple[str, ...]) -> HttpResponse:
+    """405 with `Allow`: the methods this link takes (RFC 9110 15.5.6)."""
+    methods = ", ".join(allowed)
+    response = JsonResponse(
+        {
+            "error": {
+                "code": "method_not_allowed",
+                "message": f"this link takes {methods}, not {request.method}",
+            }
+        },
+        status=405,
+    )
+    response["Allow"] = methods
+    return response

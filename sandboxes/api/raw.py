@@ -6,13 +6,12 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
 from ninja import Query, Router
-from ninja.responses import Status, codes_4xx, codes_5xx
+from ninja.responses import Status
 
 from config.bodies import content_length, pieces
 from sandboxes import selectors, services
-from sandboxes.api.common import principal
+from sandboxes.api.common import DOWNLOADS, READS, UPLOADS, principal, responds
 from sandboxes.downloads import archive_response, file_response
-from sandboxes.schemas import ErrorOut
 from sandboxes.schemas.files import (
     ArchiveQuery,
     ExtractOut,
@@ -21,13 +20,14 @@ from sandboxes.schemas.files import (
     RawWriteOut,
     RawWriteQuery,
 )
+from sandboxes.services.files import FORMATS
 
 router = Router(tags=["sandboxes"])
 
 
 @router.put(
     "/sandboxes/{sandbox_id}/files/raw",
-    response={201: RawWriteOut, codes_4xx: ErrorOut, codes_5xx: ErrorOut},
+    response=responds(RawWriteOut, UPLOADS, status=201),
     summary="Upload a file as a byte stream",
     openapi_extra={
         "requestBody": {
@@ -66,14 +66,21 @@ def put_raw(
 @router.api_operation(
     ["GET", "HEAD"],
     "/sandboxes/{sandbox_id}/files/raw",
-    response={200: None, 206: None, 304: None, codes_4xx: ErrorOut, codes_5xx: ErrorOut},
+    response={**responds(None, DOWNLOADS), 206: None, 304: None},
     summary="Download a file as a byte stream (Range, If-None-Match and HEAD understood)",
     openapi_extra={
         "responses": {
             200: {
-                "description": "The file's bytes, with Content-Length, ETag and Last-Modified.",
-                "content": {"application/octet-stream": {"schema": {"type": "string"}}},
-            }
+                "description": "The file's bytes, with Content-Length, ETag and Last-Modified; "
+                "the type is guessed from the file's name.",
+                "content": {"*/*": {"schema": {"type": "string", "format": "binary"}}},
+            },
+            206: {
+                "description": "The one range asked for, with Content-Range (a range that "
+                "ends before it starts is ignored: 200 with the whole file).",
+                "content": {"*/*": {"schema": {"type": "string", "format": "binary"}}},
+            },
+            304: {"description": "Not modified (If-None-Match, If-Modified-Since)."},
         }
     },
 )
@@ -84,13 +91,16 @@ def get_raw(request: HttpRequest, sandbox_id: str, query: Query[RawReadQuery]) -
 
 @router.get(
     "/sandboxes/{sandbox_id}/files/archive",
-    response={200: None, codes_4xx: ErrorOut, codes_5xx: ErrorOut},
+    response=responds(None, READS),
     summary="Download a directory as tar, tar.gz or zip",
     openapi_extra={
         "responses": {
             200: {
-                "description": "The archive, made as it is sent.",
-                "content": {"application/octet-stream": {"schema": {"type": "string"}}},
+                "description": "The archive, made as it is sent, of the format asked for.",
+                "content": {
+                    content_type: {"schema": {"type": "string", "format": "binary"}}
+                    for content_type, _ in FORMATS.values()
+                },
             }
         }
     },
@@ -104,7 +114,7 @@ def get_archive(
 
 @router.put(
     "/sandboxes/{sandbox_id}/files/archive",
-    response={201: ExtractOut, codes_4xx: ErrorOut, codes_5xx: ErrorOut},
+    response=responds(ExtractOut, UPLOADS, status=201),
     summary="Extract an uploaded archive into a directory",
     openapi_extra={
         "requestBody": {

@@ -8,7 +8,7 @@ from django.http import HttpRequest
 from ninja import Query, Router
 
 from sandboxes import metrics, selectors, services
-from sandboxes.api.common import principal, responds
+from sandboxes.api.common import ANY, BODY, CHANGES, LEASED, principal, responds
 from sandboxes.models import State
 from sandboxes.schemas import Fencing
 from sandboxes.schemas.execs import RunIn, RunOut, run_out
@@ -33,7 +33,9 @@ router = Router(tags=["sandboxes"])
 
 
 @router.post(
-    "/sandboxes/open", response=responds(OpenOut), summary="Get or create the sandbox of a scope"
+    "/sandboxes/open",
+    response=responds(OpenOut, CHANGES),
+    summary="Get or create the sandbox of a scope",
 )
 def open_sandbox(request: HttpRequest, body: OpenIn) -> dict[str, Any]:
     who = principal(request)
@@ -47,14 +49,16 @@ def open_sandbox(request: HttpRequest, body: OpenIn) -> dict[str, Any]:
 
 @router.get(
     "/metrics",
-    response=responds(dict[str, Any]),
+    response=responds(dict[str, Any], ANY),
     summary="Sandbox metrics of the caller's pipeline (an admin: every pipeline, and overall)",
 )
 def sandbox_metrics(request: HttpRequest) -> dict[str, Any]:
     return metrics.snapshot(principal(request).pipeline)
 
 
-@router.get("/sandboxes", response=responds(SandboxListOut), summary="The pipeline's sandboxes")
+@router.get(
+    "/sandboxes", response=responds(SandboxListOut, ANY), summary="The pipeline's sandboxes"
+)
 def list_sandboxes(
     request: HttpRequest, status: State | None = None, scope_key: str | None = None
 ) -> dict[str, Any]:
@@ -74,7 +78,7 @@ def get_sandbox(request: HttpRequest, sandbox_id: str) -> dict[str, Any]:
 
 @router.post(
     "/sandboxes/{sandbox_id}/reset",
-    response=responds(ResetOut),
+    response=responds(ResetOut, CHANGES),
     summary="End every process in the sandbox; sessions and managed processes start again",
 )
 def reset_sandbox(request: HttpRequest, sandbox_id: str, body: ResetIn) -> dict[str, Any]:
@@ -86,7 +90,9 @@ def reset_sandbox(request: HttpRequest, sandbox_id: str, body: ResetIn) -> dict[
     return reset_out(result)
 
 
-@router.delete("/sandboxes/{sandbox_id}", response=responds(CloseOut), summary="Close a sandbox")
+@router.delete(
+    "/sandboxes/{sandbox_id}", response=responds(CloseOut, LEASED), summary="Close a sandbox"
+)
 def close_sandbox(
     request: HttpRequest, sandbox_id: str, query: Query[CloseQuery]
 ) -> dict[str, Any]:
@@ -104,7 +110,7 @@ def close_sandbox(
 
 @router.post(
     "/sandboxes/{sandbox_id}/keepalive",
-    response=responds(KeepAliveOut),
+    response=responds(KeepAliveOut, CHANGES),
     summary="Count as activity now (the idle deadline moves) and renew the lease",
 )
 def keep_alive(request: HttpRequest, sandbox_id: str, body: Fencing) -> dict[str, Any]:
@@ -115,7 +121,9 @@ def keep_alive(request: HttpRequest, sandbox_id: str, body: Fencing) -> dict[str
 
 
 @router.post(
-    "/sandboxes/{sandbox_id}/lease/renew", response=responds(LeaseOut), summary="Renew the lease"
+    "/sandboxes/{sandbox_id}/lease/renew",
+    response=responds(LeaseOut, CHANGES),
+    summary="Renew the lease",
 )
 def renew_lease(request: HttpRequest, sandbox_id: str, body: Fencing) -> dict[str, Any]:
     who = principal(request)
@@ -125,7 +133,7 @@ def renew_lease(request: HttpRequest, sandbox_id: str, body: Fencing) -> dict[st
 
 @router.post(
     "/sandboxes/{sandbox_id}/lease/release",
-    response=responds(LeaseOut),
+    response=responds(LeaseOut, CHANGES),
     summary="Release the lease",
 )
 def release_lease(request: HttpRequest, sandbox_id: str, body: Fencing) -> dict[str, Any]:
@@ -139,7 +147,7 @@ def release_lease(request: HttpRequest, sandbox_id: str, body: Fencing) -> dict[
 
 @router.post(
     "/sandboxes/{sandbox_id}/lease/takeover",
-    response=responds(LeaseOut),
+    response=responds(LeaseOut, BODY),
     summary="Take the lease over",
 )
 def takeover_lease(request: HttpRequest, sandbox_id: str, body: TakeoverIn) -> dict[str, Any]:
@@ -150,7 +158,9 @@ def takeover_lease(request: HttpRequest, sandbox_id: str, body: TakeoverIn) -> d
 
 
 @router.post(
-    "/run", response=responds(RunOut), summary="Compute mode: run code once in a fresh sandbox"
+    "/run",
+    response=responds(RunOut, BODY | {507}),
+    summary="Compute mode: run code once in a fresh sandbox",
 )
 def run(request: HttpRequest, body: RunIn) -> dict[str, Any]:
     who = principal(request)

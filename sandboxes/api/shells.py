@@ -7,8 +7,8 @@ from django.http import HttpRequest
 from ninja import Query, Router
 
 from sandboxes import selectors, services
-from sandboxes.api.common import principal, responds
-from sandboxes.schemas import Fencing
+from sandboxes.api.common import CHANGES, LEASED, principal, responds
+from sandboxes.schemas import Fencing, FencingQuery
 from sandboxes.schemas.files import DeleteOut
 from sandboxes.schemas.shells import (
     ProcessListOut,
@@ -18,6 +18,7 @@ from sandboxes.schemas.shells import (
     SessionIn,
     SessionListOut,
     SessionOut,
+    SessionToEnd,
     StdinIn,
     StdinOut,
 )
@@ -35,7 +36,7 @@ def list_sessions(request: HttpRequest, sandbox_id: str) -> dict[str, Any]:
 
 @router.post(
     "/sandboxes/{sandbox_id}/sessions",
-    response=responds(SessionOut),
+    response=responds(SessionOut, CHANGES),
     summary="Start a shell session",
 )
 def create_session(request: HttpRequest, sandbox_id: str, body: SessionIn) -> dict[str, Any]:
@@ -49,11 +50,14 @@ def create_session(request: HttpRequest, sandbox_id: str, body: SessionIn) -> di
 
 @router.delete(
     "/sandboxes/{sandbox_id}/sessions/{name}",
-    response=responds(DeleteOut),
+    response=responds(DeleteOut, LEASED),
     summary="End a shell session",
 )
 def delete_session(
-    request: HttpRequest, sandbox_id: str, name: str, query: Query[Fencing]
+    request: HttpRequest,
+    sandbox_id: str,
+    query: Query[FencingQuery],
+    name: SessionToEnd,
 ) -> dict[str, Any]:
     who = principal(request)
     sandbox = selectors.sandbox_for(who, sandbox_id)
@@ -73,7 +77,7 @@ def list_processes(request: HttpRequest, sandbox_id: str) -> dict[str, Any]:
 
 @router.post(
     "/sandboxes/{sandbox_id}/processes/{name}/stdin",
-    response=responds(StdinOut),
+    response=responds(StdinOut, CHANGES),
     summary="Write to a managed process's stdin",
 )
 def process_stdin(
@@ -108,7 +112,7 @@ def process_output(
 
 @router.post(
     "/sandboxes/{sandbox_id}/processes/{name}/restart",
-    response=responds(ProcessOut),
+    response=responds(ProcessOut, CHANGES),
     summary="Restart a managed process",
 )
 def process_restart(

@@ -1,42 +1,114 @@
 """Commands as the bot API takes and shows them: an exec, its output as numbered chunks, its
 end; compute mode's one run. With the presenters that turn rows into them."""
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
+from django.conf import settings
 from ninja import Field, Schema
-from pydantic import StrictStr
+from pydantic import ConfigDict, StringConstraints, WithJsonSchema
 
-from sandboxes.models import Exec, ExecState
-from sandboxes.schemas.common import Fencing
+from sandboxes.models import SESSION_NAME, Exec, ExecState
+from sandboxes.schemas.common import (
+    COUNT_MAX,
+    NO_NUL,
+    WHOLE,
+    Fencing,
+    Input,
+    present,
+    together,
+)
 from sandboxes.services import RunResult
+from sandboxes.services.compute import MAX_FILES
+from sandboxes.services.execs.requests import MAX_COMMAND_BYTES, MAX_ENV_VARS
+
+Text = Annotated[str, StringConstraints(pattern=NO_NUL)]
+# A shell command: not blank, no NUL.
+ShellCommand = Annotated[
+    str, StringConstraints(pattern=r"^[^\x00]*\S[^\x00]*$", max_length=MAX_COMMAND_BYTES)
+]
+# An argv: a program name first, then its arguments (the service refuses an empty name).
+Argv = Annotated[
+    list[Text],
+    Field(min_length=1),
+    WithJsonSchema(
+        {
+            "type": "array",
+            "minItems": 1,
+            "prefixItems": [{"type": "string", "minLength": 1, "pattern": NO_NUL}],
+            "items": {"type": "string", "pattern": NO_NUL},
+        }
+    ),
+]
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+Env = Annotated[
+    dict[Annotated[str, StringConstraints(pattern=ENV_NAME)], Text],
+    Field(max_length=MAX_ENV_VARS),
+    WithJsonSchema(
+        {
+            "type": "object",
+            "maxProperties": MAX_ENV_VARS,
+            "propertyNames": {"pattern": ENV_NAME},
+            "additionalProperties": {"type": "string", "pattern": NO_NUL},
+        }
+    ),
+]
+SessionName = Annotated[str, StringConstraints(pattern=f"^(?:{SESSION_NAME})?$")]
+Cwd = Annotated[str, StringConstraints(pattern=NO_NUL, max_length=4096)]
+Files = Annotated[
+    dict[Annotated[str, StringConstraints(min_length=1, max_length=4096, pattern=NO_NUL)], str],
+    Field(max_length=MAX_FILES),
+    WithJsonSchema(
+        {
+            "type": "object",
+            "maxProperties": MAX_FILES,
+            "propertyNames": {"minLength": 1, "maxLength": 4096, "pattern": NO_NUL},
+            "additionalProperties": {"type": "string"},
+        }
+    ),
+]
+Timeout = Annotated[int, Field(ge=1, le=settings.BOXYARD_MAX_EXEC_TIMEOUT), WHOLE]
+
+
+FRESH = present("fresh", {"const": True})
+A_SESSION = {"type": "string", "minLength": 1, "not": {"const": "default"}}
 
 
 class ExecIn(Fencing):
-    cmd: list[StrictStr] | StrictStr = Field(
+    # A fresh exec runs in the foreground, outside any session (the service refuses both).
+    model_config = ConfigDict(
+        json_schema_extra={
+            "allOf": [
+                {"not": together(FRESH, present("background", {"const": True}))},
+                {"not": together(FRESH, present("session", A_SESSION))},
+            ]
+        }
+    )
+
+    cmd: Argv | ShellCommand = Field(
         ...,
         description='A shell command such as "python main.py > out.txt" (run by the session\'s '
         "shell, so pipes, && and redirections work, and cd, export and functions carry over to "
         'the next command), or an argv array such as ["python", "main.py"] (run as is).',
     )
-    cwd: str | None = Field(
+    cwd: Cwd | None = Field(
         None,
         description="Working directory for this command only, relative to /workspace "
         "(default: the session's current directory).",
     )
-    env: dict[str, StrictStr] | None = Field(
+    env: Env | None = Field(
         None, description="Extra environment variables for this command only, name to value."
     )
-    session: str | None = Field(
+    session: SessionName | None = Field(
         None,
         description='Shell session to run in (default "default"); sessions keep separate '
         "directories and variables and run side by side.",
     )
-    timeout_seconds: int | None = Field(
+    timeout_seconds: Timeout | None = Field(
         None,
-        ge=1,
         description="Kill the command after this many seconds (default: the pipeline's exec "
-        "timeout; a background command has none unless given).",
+        "timeout; a background command has none unless given; at most "
+        "BOXYARD_MAX_EXEC_TIMEOUT).",
     )
     background: bool = Field(
         False,
@@ -92,7 +164,7 @@ class ExecOutputOut(Schema):
     )
 
 
-class WaitIn(Schema):
+class WaitIn(Input):
     timeout_seconds: float = Field(
         30, ge=0, le=900, description="How long to wait at most (default 30; 0 only checks)."
     )
@@ -113,6 +185,7 @@ class OutputQuery(Schema):
     since_seq: int = Field(
         0,
         ge=0,
+        le=COUNT_MAX,
         description="The seq of the last chunk already read: only chunks after it are returned "
         "(0, the default: from the start).",
     )
@@ -122,19 +195,21 @@ class OutputQuery(Schema):
 
 
 class StreamQuery(Schema):
-    since_seq: int = Field(0, ge=0, description="The last sequence number already seen (0: none).")
+    since_seq: int = Field(
+        0, ge=0, le=COUNT_MAX, description="The last sequence number already seen (0: none)."
+    )
 
 
-class RunIn(Schema):
+class RunIn(Input):
     pipeline: str = Field(..., min_length=1, max_length=50, description="The pipeline's slug.")
-    language: str = Field(..., description="python, bash or sh")
+    language: Literal["python", "bash", "sh"] = Field(..., description="python, bash or sh")
     code: str = Field(..., description="The program to run, as text.")
-    files: dict[str, str] | None = Field(
+    files: Files | None = Field(
         None, description="More files to write first: path (relative to /workspace) to text."
     )
-    env: dict[str, str] | None = Field(None, description="Environment variables, name to value.")
-    timeout_seconds: int | None = Field(
-        None, ge=1, description="Kill it after this many seconds (default: the pipeline's)."
+    env: Env | None = Field(None, description="Environment variables, name to value.")
+    timeout_seconds: Timeout | None = Field(
+        None, description="Kill it after this many seconds (default: the pipeline's)."
     )
 
 

@@ -3,22 +3,51 @@ presenters that turn the services' answers into them."""
 
 import base64
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any, Literal
 
+from django.conf import settings
 from ninja import Field, Schema
+from pydantic import ConfigDict
 
-from sandboxes.schemas.common import Fencing
+from sandboxes.schemas.common import (
+    B64,
+    MODE,
+    NO_NUL,
+    WHOLE,
+    Fencing,
+    FencingQuery,
+    present,
+    together,
+)
 from sandboxes.services.files import FileContent, FileEntry
 
 PATH = "File path, relative to /workspace."
+# What the archive calls take (`services.files.FORMATS`).
+ArchiveFormat = Literal["tar", "tar.gz", "zip"]
+
+
+def path_field(default: Any = ..., description: str = PATH) -> Any:
+    """A path under /workspace as the services take it: 1 to 4096 characters, no NUL."""
+    return Field(default, min_length=1, max_length=4096, pattern=NO_NUL, description=description)
 
 
 class WriteIn(Fencing):
-    path: str = Field(..., min_length=1, max_length=4096, description=PATH)
+    # Text or base64, not both (the service says so); neither writes an empty file.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "not": together(
+                present("contents", {"type": "string"}), present("contents_b64", {"type": "string"})
+            )
+        }
+    )
+
+    path: str = path_field()
     contents: str | None = Field(None, description="Text contents (UTF-8).")
-    contents_b64: str | None = Field(None, description="Binary contents, base64-encoded.")
+    contents_b64: str | None = Field(
+        None, pattern=B64, description="Binary contents, base64-encoded."
+    )
     mode: str | None = Field(
-        None, description='Octal permissions such as "0644" (the default) or "0755".'
+        None, pattern=MODE, description='Octal permissions such as "0644" (the default) or "0755".'
     )
     overwrite: bool = Field(
         True, description="Replace an existing file (default true); false fails if it exists."
@@ -59,34 +88,33 @@ class DeleteOut(Schema):
 
 
 class ReadQuery(Schema):
-    path: str = Field(..., min_length=1, max_length=4096, description=PATH)
+    path: str = path_field()
     max_bytes: int | None = Field(
-        None, ge=0, description="Read at most this many bytes (default: the read limit)."
+        None,
+        ge=0,
+        le=settings.BOXYARD_MAX_OUTPUT_BYTES,
+        description="Read at most this many bytes (default: the read limit; at most "
+        "BOXYARD_MAX_OUTPUT_BYTES).",
     )
 
 
 class ListQuery(Schema):
-    path: str = Field(
-        "/workspace",
-        min_length=1,
-        max_length=4096,
-        description="Directory, relative to /workspace (default: /workspace itself).",
+    path: str = path_field(
+        "/workspace", "Directory, relative to /workspace (default: /workspace itself)."
     )
     recursive: bool = Field(False, description="Also list everything below it (default false).")
 
 
-class DeleteQuery(Fencing):
-    path: str = Field(
-        ..., min_length=1, max_length=4096, description="Path to delete, relative to /workspace."
-    )
+class DeleteQuery(FencingQuery):
+    path: str = path_field(description="Path to delete, relative to /workspace.")
     recursive: bool = Field(
         False, description="Delete a directory with everything in it (default false)."
     )
 
 
-class RawWriteQuery(Fencing):
-    path: str = Field(..., min_length=1, max_length=4096)
-    mode: str | None = Field(None, description="Octal permissions, default '0644'.")
+class RawWriteQuery(FencingQuery):
+    path: str = path_field()
+    mode: str | None = Field(None, pattern=MODE, description="Octal permissions, default '0644'.")
     overwrite: bool = True
 
 
@@ -98,17 +126,17 @@ class RawWriteOut(Schema):
 
 
 class RawReadQuery(Schema):
-    path: str = Field(..., min_length=1, max_length=4096)
+    path: str = path_field()
 
 
 class ArchiveQuery(Schema):
-    path: str = Field("/workspace", min_length=1, max_length=4096)
-    format: str = Field("tar.gz", description="tar, tar.gz or zip")
+    path: str = path_field("/workspace", "Directory, relative to /workspace.")
+    format: ArchiveFormat = Field("tar.gz", description="tar, tar.gz (the default) or zip")
 
 
-class ExtractQuery(Fencing):
-    path: str = Field("/workspace", min_length=1, max_length=4096)
-    format: str = Field("tar.gz", description="tar, tar.gz or zip")
+class ExtractQuery(FencingQuery):
+    path: str = path_field("/workspace", "Directory, relative to /workspace.")
+    format: ArchiveFormat = Field("tar.gz", description="tar, tar.gz (the default) or zip")
 
 
 class ExtractOut(Schema):
@@ -119,9 +147,13 @@ class ExtractOut(Schema):
 
 
 class LinkIn(Fencing):
-    path: str = Field(..., min_length=1, max_length=4096, description=PATH)
-    method: str = Field("GET", description="GET: a download link (the default); PUT: an upload.")
-    expires_in_seconds: int | None = Field(
+    path: str = path_field()
+    method: Literal["GET", "PUT"] = Field(
+        "GET", description="GET: a download link (the default); PUT: an upload."
+    )
+    expires_in_seconds: (
+        Annotated[int, Field(ge=1, le=settings.BOXYARD_FILE_LINK_MAX_SECONDS), WHOLE] | None
+    ) = Field(
         None,
         description="How long the link works (default one hour; at most "
         "BOXYARD_FILE_LINK_MAX_SECONDS).",

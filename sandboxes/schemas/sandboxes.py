@@ -6,13 +6,13 @@ from typing import Any
 from uuid import UUID
 
 from ninja import Field, Schema
-from pydantic import StrictInt, StrictStr
+from pydantic import StrictStr
 
 from sandboxes.models import Lease, Sandbox
-from sandboxes.schemas.common import Fencing
+from sandboxes.schemas.common import HOLDER, LINE, Fencing, FencingQuery, Input, Integer
 from sandboxes.services import ResetResult, WorkspaceUsage
 
-VariableValue = StrictStr | StrictInt
+VariableValue = StrictStr | Integer
 
 
 class LeaseOut(Schema):
@@ -52,7 +52,7 @@ class SandboxOut(Schema):
     )
 
 
-class OpenIn(Schema):
+class OpenIn(Input):
     pipeline: str = Field(..., min_length=1, max_length=50, description="The pipeline's slug.")
     variables: dict[str, VariableValue | None] = Field(
         default_factory=dict,
@@ -60,7 +60,7 @@ class OpenIn(Schema):
         "query_id, user_id, task_id, workflow_run_id, session_key); the pipeline's scope "
         "template decides which are needed.",
     )
-    holder: str | None = Field(None, max_length=200)
+    holder: str | None = Field(None, max_length=200, pattern=HOLDER)
     background: bool = Field(
         False,
         alias="async",
@@ -87,7 +87,9 @@ class KeepAliveOut(Schema):
 
 
 class ResetIn(Fencing):
-    reason: str | None = Field(None, max_length=200, description="Why, for the event it records.")
+    reason: str | None = Field(
+        None, max_length=200, pattern=LINE, description="Why, for the event it records."
+    )
 
 
 class ResetOut(Schema):
@@ -101,15 +103,15 @@ class CloseOut(Schema):
     status: str
 
 
-class CloseQuery(Fencing):
+class CloseQuery(FencingQuery):
     delete_workspace: bool = Field(
         False, description="Also delete every file in /workspace (default false)."
     )
 
 
-class TakeoverIn(Schema):
-    holder: str | None = Field(None, max_length=200)
-    reason: str = Field("", max_length=200)
+class TakeoverIn(Input):
+    holder: str | None = Field(None, max_length=200, pattern=HOLDER)
+    reason: str = Field("", max_length=200, pattern=LINE)
 
 
 def lease_out(lease: Lease) -> dict[str, Any]:

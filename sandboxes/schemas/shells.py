@@ -1,17 +1,31 @@
 """What runs in a sandbox besides its execs, as the bot API shows it: shell sessions and the
 pipeline's managed processes."""
 
-from ninja import Field, Schema
-from pydantic import StrictStr
+from typing import Annotated
 
-from sandboxes.schemas.common import Fencing
-from sandboxes.schemas.execs import Chunk
+from ninja import Field, Schema
+from pydantic import ConfigDict, StringConstraints, WithJsonSchema
+
+from sandboxes.models import SESSION_NAME
+from sandboxes.schemas.common import B64, COUNT_MAX, Fencing, present
+from sandboxes.schemas.execs import Chunk, Cwd, Env
+
+# A session to end: any but default, which always exists (the service refuses it).
+SessionToEnd = Annotated[
+    str,
+    StringConstraints(pattern=f"^{SESSION_NAME}$"),
+    WithJsonSchema({"type": "string", "pattern": f"^{SESSION_NAME}$", "not": {"const": "default"}}),
+]
 
 
 class SessionIn(Fencing):
-    name: str = Field(..., min_length=1, max_length=64)
-    cwd: str | None = Field(None, description="Starting directory; default /workspace.")
-    env: dict[str, StrictStr] | None = Field(None, description="Starting variables.")
+    name: str = Field(
+        ...,
+        pattern=f"^{SESSION_NAME}$",
+        description="1-64 letters, digits, '.', '_' or '-', starting with a letter or digit.",
+    )
+    cwd: Cwd | None = Field(None, description="Starting directory; default /workspace.")
+    env: Env | None = Field(None, description="Starting variables.")
 
 
 class SessionOut(Schema):
@@ -41,9 +55,24 @@ class ProcessListOut(Schema):
     processes: list[ProcessOut]
 
 
+TEXT = present("text", {"type": "string"})
+DATA = present("data_b64", {"type": "string"})
+
+
 class StdinIn(Fencing):
+    # Text or bytes, one of them; nothing at all only to close stdin (the service says so).
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [
+                present("eof", {"const": True}),
+                {**TEXT, "not": DATA},
+                {**DATA, "not": TEXT},
+            ]
+        }
+    )
+
     text: str | None = Field(None, description="Text to write (UTF-8).")
-    data_b64: str | None = Field(None, description="Or bytes, base64-encoded.")
+    data_b64: str | None = Field(None, pattern=B64, description="Or bytes, base64-encoded.")
     eof: bool = Field(False, description="Close stdin after writing.")
 
 
@@ -61,8 +90,12 @@ class ProcessOutputOut(Schema):
 
 
 class ProcessOutputQuery(Schema):
-    since_seq: int = Field(0, ge=0, description="The last sequence number already seen (0: none).")
-    generation: int | None = Field(None, ge=1, description="Which run; default the current one.")
+    since_seq: int = Field(
+        0, ge=0, le=COUNT_MAX, description="The last sequence number already seen (0: none)."
+    )
+    generation: int | None = Field(
+        None, ge=1, le=COUNT_MAX, description="Which run; default the current one."
+    )
     max_bytes: int | None = Field(None, ge=1, le=16 * 1024 * 1024)
     wait_seconds: float = Field(
         0, ge=0, le=60, description="Wait this long for new output if there is none yet."

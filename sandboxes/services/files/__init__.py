@@ -15,7 +15,14 @@ from sandboxes.services.files.archives import (
     open_archive,
 )
 from sandboxes.services.files.contents import decode_contents, decoded_contents
-from sandboxes.services.files.links import Link, UsedLink, clean_link, create_link, use_link
+from sandboxes.services.files.links import (
+    Link,
+    UsedLink,
+    clean_link,
+    create_link,
+    link_methods,
+    use_link,
+)
 from sandboxes.services.files.listing import MAX_LIST_ENTRIES, FileEntry, list_files
 from sandboxes.services.files.operations import Written, delete_file, write_file
 from sandboxes.services.files.paths import NAME_MAX, PATH_MAX, clean_mode, workspace_path
@@ -49,6 +56,7 @@ __all__ = [
     "decoded_contents",
     "delete_file",
     "extract_archive",
+    "link_methods",
     "list_files",
     "open_archive",
     "open_file_stream",

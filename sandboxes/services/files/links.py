@@ -98,6 +98,16 @@ def create_link(
     return Link(token=token, path=target, method=method, expires_at=expires_at)
 
 
+def link_methods(token: str) -> tuple[str, ...]:
+    """The HTTP methods a link takes (a download link's GET and HEAD, an upload link's PUT);
+    all three when the token is not one of Boxyard's links, which its use then refuses."""
+    try:
+        claims: dict[str, Any] = unseal(token, _PURPOSE)
+    except Unsealable:
+        return ("GET", "HEAD", "PUT")
+    return ("PUT",) if claims.get("m") == "PUT" else ("GET", "HEAD")
+
+
 def use_link(token: str, method: str) -> UsedLink:
     """The link's sandbox and path if the link holds for `method` (HEAD goes with GET); an
     upload is an event, a download is counted."""
