@@ -109,8 +109,8 @@ def test_the_ceiling_ends_a_takeover_with_an_event_and_the_page_counts_down(
 def test_a_lost_lease_closes_the_terminal_and_the_page_shows_it(
     how, admin, bot_api, sandbox, settings, monkeypatch
 ) -> None:
-    monkeypatch.setattr(TerminalConsumer, "HOLD_SECONDS", 0.5)
-    monkeypatch.setattr(SandboxConsumer, "HOLD_SECONDS", 0.5)
+    monkeypatch.setattr(TerminalConsumer, "HOLD_SECONDS", 0.5, raising=False)
+    monkeypatch.setattr(SandboxConsumer, "HOLD_SECONDS", 0.5, raising=False)
     settings.BOXYARD_TAKEOVER_MAX_SECONDS = 3600 if how == "ceiling" else 0
     admin.post(f"/sandboxes/{sandbox.pk}/takeover")
     taken = Lease.objects.get(sandbox=sandbox).epoch
@@ -161,3 +161,23 @@ def test_a_lost_lease_closes_the_terminal_and_the_page_shows_it(
     else:
         assert "taken over by admin:bob" in said
         assert "admin:bob" in status(pushed[-1])
+
+
+def test_an_open_page_keeps_its_admins_lease_alive(
+    admin, alice, bot_api, sandbox, monkeypatch
+) -> None:
+    monkeypatch.setattr(SandboxConsumer, "HOLD_SECONDS", 0.5, raising=False)
+    services.release_lease(sandbox, alice, force=True)
+    services.renew_lease(sandbox, alice, holder="admin:alice")  # a lease, not a takeover
+
+    async def scenario() -> None:
+        page = websocket(f"/ws/sandboxes/{sandbox.pk}/", admin)
+        assert (await page.connect())[0]
+        await page.receive_from(timeout=10)
+        await asyncio.sleep(LEASE_SECONDS + 2)  # past the pipeline's lease timeout
+        await page.disconnect()
+
+    asyncio.run(scenario())
+    busy = bot_exec(bot_api, sandbox)
+    assert busy.status_code == 409, busy.content  # still the admin's
+    assert Lease.objects.get(sandbox=sandbox).holder == "admin:alice"
