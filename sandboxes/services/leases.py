@@ -141,6 +141,11 @@ def hold(sandbox: Sandbox, actor: Actor, *, epoch: int | None = None) -> Lease |
     """
     end_expired_takeover(sandbox)
     holder, fenced = str(actor), epoch
+    if epoch is not None and not Lease.objects.filter(sandbox=sandbox, holder__gt="").exists():
+        raise StaleEpoch(
+            N_("the lease is free: the takeover reached its time limit, or it was released"),
+            epoch=epoch,
+        )
     if epoch is None:
         lease = Lease.objects.filter(sandbox=sandbox).first()
         if lease is None or lease.holder != holder:
