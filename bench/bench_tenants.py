@@ -9,9 +9,12 @@ p99 are measured quiet, then during each attack, in the same run:
 
 - `bodies`: callers without a token send 2 GiB bodies to `POST /sandboxes/open` as fast as the
   server takes them, and the attacker's token keeps 16 uploads open sending a byte a second;
-- `waits`: the attacker keeps 300 fire-and-forget `POST …/execs/{id}/wait` (timeout 900 s)
-  going, each client gone after one second, as issue 26 found them holding every thread;
-- `rows`: the attacker runs commands printing 1 MB each, 4 at a time, and reads each back.
+- `waits`: the attacker sends 300 `POST …/execs/{id}/wait` (timeout 900 s) at once and again
+  every 5 s, each client keeping its connection until answered or gone after 5 s, as issue 26
+  found them holding every thread of the server;
+- `rows`: the attacker runs commands printing 1 MB each, 4 at a time, and reads each back;
+- `flood`: the attacker's token sends `GET /sandboxes` from 64 connections as fast as the server
+  answers, whatever it answers (past the rate limit, 429).
 
 The server runs with its defaults (the rate limit among them: the victim's 8 calls a second are
 within it). The attacker runs in a process of its own (its CPU is not the victim's). The server's resident
@@ -20,7 +23,7 @@ directory) are read before, at the end of each attack, and 60 s after the last. 
 asserted: it prints the figures and the ratio of each phase's p50 and p99 to the quiet ones
 (the target: within 2x).
 
-    .venv/bin/python bench/bench_tenants.py [--seconds 30] [--after 60] [--phases bodies,waits,rows]
+    .venv/bin/python bench/bench_tenants.py [--seconds 30] [--after 60] [--phases bodies,waits,rows,flood]
 """
 
 from __future__ import annotations
@@ -143,10 +146,12 @@ def attack_waits(url: str, token: str, sandbox: str, stop: Any) -> None:
     wait_url = f"{url}/api/v1/sandboxes/{sandbox}/execs/{started['exec_id']}/wait"
 
     def wait() -> None:
+        began = time.monotonic()
         try:
-            httpx.post(wait_url, headers=headers, json={"timeout_seconds": 900}, timeout=1)
+            httpx.post(wait_url, headers=headers, json={"timeout_seconds": 900}, timeout=5)
         except httpx.TimeoutException:
             pass
+        time.sleep(max(0.0, 5 - (time.monotonic() - began)))
 
     _forever(stop, wait, 300)
 
@@ -164,7 +169,25 @@ def attack_rows(url: str, token: str, sandbox: str, stop: Any) -> None:
     _forever(stop, flood, 4)
 
 
-ATTACKS = {"bodies": attack_bodies, "waits": attack_waits, "rows": attack_rows}
+def attack_flood(url: str, token: str, sandbox: str, stop: Any) -> None:
+    local = threading.local()
+
+    def get() -> None:
+        if not hasattr(local, "client"):
+            local.client = httpx.Client(
+                base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30
+            )
+        local.client.get("/api/v1/sandboxes")
+
+    _forever(stop, get, 64)
+
+
+ATTACKS = {
+    "bodies": attack_bodies,
+    "waits": attack_waits,
+    "rows": attack_rows,
+    "flood": attack_flood,
+}
 
 
 def open_sandbox(url: str, token: str, slug: str) -> str:
@@ -193,7 +216,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=30, help="each phase's length")
     parser.add_argument("--after", type=float, default=60, help="seconds watched after")
-    parser.add_argument("--phases", default="bodies,waits,rows")
+    parser.add_argument("--phases", default="bodies,waits,rows,flood")
     parser.add_argument("--image", default=DEFAULT_IMAGE)
     args = parser.parse_args()
     deployment = f"bench-{uuid.uuid4().hex[:8]}"

@@ -13,6 +13,9 @@ from django.conf import settings
 from limits import RateLimitItem, parse, storage, strategies
 
 _OFF = {"", "off", "none", "0"}
+# Pipelines refused until a moment (monotonic): a caller that goes on past its limit is
+# refused again without asking the counter, the cheapest answer the server has.
+_blocked: dict[int, float] = {}
 
 
 @cache
@@ -36,9 +39,18 @@ def refusal(pipeline: int) -> int | None:
     limiter = _limiter(settings.BOXYARD_RATE_LIMIT, settings.REDIS_URL)
     if limiter is None:
         return None
+    now = time.monotonic()
+    until = _blocked.get(pipeline)
+    if until is not None:
+        if now < until:
+            return max(1, math.ceil(until - now))
+        del _blocked[pipeline]
     strategy, item = limiter
     key = str(pipeline)
     if strategy.hit(item, "pipeline", key):
         return None
     reset = strategy.get_window_stats(item, "pipeline", key).reset_time
-    return max(1, math.ceil(reset - time.time()))
+    wait = max(1, math.ceil(reset - time.time()))
+    # Until the counter may let one more through (its window slides: asked again then).
+    _blocked[pipeline] = now + min(wait, 1)
+    return wait

@@ -346,6 +346,9 @@ BOXYARD_MAX_OUTPUT_BYTES = env_int("BOXYARD_MAX_OUTPUT_BYTES", 4 * 1024 * 1024, 
 BOXYARD_MAX_LIVE_SANDBOXES = env_int("BOXYARD_MAX_LIVE_SANDBOXES", 200, minimum=1)
 BOXYARD_MAX_TTL_SECONDS = env_int("BOXYARD_MAX_TTL_SECONDS", 7 * 24 * 3600, minimum=60)
 BOXYARD_ALLOW_NETWORK = env_bool("BOXYARD_ALLOW_NETWORK", False)
+# How long an admin's takeover may hold a sandbox at most (0: until released). The sandbox's
+# own time to live still ends it.
+BOXYARD_TAKEOVER_MAX_SECONDS = env_int("BOXYARD_TAKEOVER_MAX_SECONDS", 0, minimum=0)
 # Default cap on what one exec returns per stream.
 BOXYARD_EXEC_OUTPUT_BYTES = env_int("BOXYARD_EXEC_OUTPUT_BYTES", 256 * 1024, minimum=1024)
 # Threads serving sandbox API calls. A call waiting for a command holds a thread (not a

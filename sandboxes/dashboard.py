@@ -34,6 +34,8 @@ def sandbox_page(
     context: dict[str, Any] = {"sandbox": sandbox}
     if live.STATUS in parts:
         context["actions"] = sandbox_actions(sandbox, admin_name)
+        holder = sandbox.lease.holder if hasattr(sandbox, "lease") else ""
+        context["lease_mine"] = bool(holder) and holder == str(Actor("admin", admin_name))
     if live.EVENTS in parts:
         context["events"] = Event.objects.filter(sandbox=sandbox).order_by("-created_at", "-id")[
             :100

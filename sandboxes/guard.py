@@ -14,7 +14,10 @@ The lease's rules (the contract the bots see):
 - a call without a holder acts as the sandbox's default holder, its scope key;
 - a free or expired lease is taken by whoever calls; the epoch grows when the holder changes;
 - a live lease of another holder refuses the call: 423 for the holder it was taken from by a
-  takeover, 409 for anyone else; a stale epoch is 409 too.
+  takeover, 409 for anyone else; a stale epoch is 409 too;
+- a takeover's lease holds until released, or until the operator's ceiling
+  (BOXYARD_TAKEOVER_MAX_SECONDS); calls do not move it, and its end is an event
+  (`lease.expired`).
 """
 
 from collections.abc import Collection, Iterator
@@ -25,7 +28,7 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.db.models.functions import Now
 
-from boxyard.actors import Actor
+from boxyard.actors import SYSTEM, Actor
 from boxyard.errors import (
     N_,
     InvalidInput,
@@ -183,6 +186,8 @@ def authorize(sandbox: Sandbox, holder: str, epoch: int | None, actor: Actor) ->
     lease, now = locked_lease(sandbox)
     expires_at = now + lease_duration(sandbox)
     acquired_from: str | None = None
+    if lease.taken_over and not lease_is_live(lease, now):
+        end_takeover(sandbox, lease)  # its ceiling passed: free (its holder's epoch is stale)
     if lease_is_live(lease, now):
         if lease.holder != holder:
             raise refusal(lease, holder)
@@ -195,6 +200,8 @@ def authorize(sandbox: Sandbox, holder: str, epoch: int | None, actor: Actor) ->
                 ),
                 epoch=lease.epoch,
             )
+        if lease.taken_over:
+            return lease  # a takeover holds as it is: no call moves its end
     elif epoch is not None and (lease.holder != holder or epoch != lease.epoch):
         # The lease lapsed and may have changed hands since this epoch was issued.
         raise StaleEpoch(
@@ -213,11 +220,13 @@ def authorize(sandbox: Sandbox, holder: str, epoch: int | None, actor: Actor) ->
         lease.acquired_at = now
         lease.acquired_by = str(actor)
         lease.taken_over_from = ""
+        lease.taken_over = False
     if lease.expires_at is None or expires_at - lease.expires_at >= RENEW_GRANULARITY:
         lease.expires_at = expires_at
         lease.save(
             update_fields=[
                 "holder", "epoch", "expires_at", "acquired_at", "acquired_by", "taken_over_from",
+                "taken_over",
             ]
         )  # fmt: skip
     # else: renewed less than a second ago; a burst of calls writes the lease once.
@@ -237,7 +246,29 @@ def locked_lease(sandbox: Sandbox) -> tuple[Lease, datetime]:
 
 
 def lease_is_live(lease: Lease, now: datetime) -> bool:
-    return bool(lease.holder) and lease.expires_at is not None and lease.expires_at > now
+    """Held now: until its expiry, or, a takeover without a ceiling, until released."""
+    if not lease.holder:
+        return False
+    if lease.expires_at is None:
+        return lease.taken_over
+    return lease.expires_at > now
+
+
+def end_takeover(sandbox: Sandbox, lease: Lease) -> None:
+    """A takeover's lease that reached its ceiling is free again, and that is an event. Call
+    inside a transaction, with the lease locked (`locked_lease`)."""
+    holder, ceiling = lease.holder, lease.expires_at
+    lease.holder = ""
+    lease.acquired_by = ""
+    lease.expires_at = None
+    lease.taken_over = False
+    lease.taken_over_from = ""
+    lease.save()
+    events.record(
+        SYSTEM, "lease.expired", sandbox=sandbox, reason="the takeover reached its ceiling",
+        previous_holder=holder, epoch=lease.epoch,
+        expired_at=f"{ceiling:%Y-%m-%dT%H:%M:%SZ}" if ceiling else None,
+    )  # fmt: skip
 
 
 def lease_duration(sandbox: Sandbox) -> timedelta:
@@ -254,6 +285,12 @@ def refusal(lease: Lease, holder: str) -> LeaseBusy | TakenOver:
             ),
             holder=lease.holder,
             expires_at=lease.expires_at,
+        )
+    if lease.expires_at is None:
+        return LeaseBusy(
+            N_("the sandbox is taken over by %(holder)s until released", holder=lease.holder),
+            holder=lease.holder,
+            expires_at=None,
         )
     return LeaseBusy(
         N_(

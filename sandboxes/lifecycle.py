@@ -138,7 +138,7 @@ def move(
         if moved:
             if transition in _ENDS:
                 Lease.objects.filter(sandbox_id=sandbox.pk).update(
-                    holder="", acquired_by="", expires_at=None, taken_over_from=""
+                    holder="", acquired_by="", expires_at=None, taken_over_from="", taken_over=False
                 )
             sandbox.refresh_from_db()
             events.record(

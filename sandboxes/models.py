@@ -182,7 +182,9 @@ class Lease(models.Model):
     """Who controls a sandbox now, until when, and the fencing epoch.
 
     The epoch grows at every acquire and takeover; a mutating call that presents an older
-    epoch is refused. Expiry is compared with the database's clock, never a worker's.
+    epoch is refused. Expiry is compared with the database's clock, never a worker's. A
+    takeover's lease does not lapse with the pipeline's lease timeout: it holds until released,
+    or until the operator's ceiling (BOXYARD_TAKEOVER_MAX_SECONDS).
     """
 
     sandbox = models.OneToOneField(
@@ -199,6 +201,13 @@ class Lease(models.Model):
     )
     taken_over_from = models.CharField(
         max_length=200, blank=True, help_text="The holder that lost the lease to a takeover."
+    )
+    taken_over = models.BooleanField(
+        default=False,
+        help_text=(
+            "Held by a takeover: it lasts until released, or until expires_at when the "
+            "operator set a ceiling (none: no expiry); calls do not renew it."
+        ),
     )
 
     def __str__(self) -> str:

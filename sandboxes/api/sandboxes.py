@@ -151,6 +151,8 @@ def release_lease(request: HttpRequest, sandbox_id: str, body: Fencing) -> dict[
     summary="Take the lease over",
 )
 def takeover_lease(request: HttpRequest, sandbox_id: str, body: TakeoverIn) -> dict[str, Any]:
+    """The previous holder's calls get 423 until the lease is released. A takeover holds until
+    released, or until the operator's ceiling (`expires_at`; null: no ceiling)."""
     who = principal(request)
     sandbox = selectors.sandbox_for(who, sandbox_id)
     lease = services.takeover_lease(sandbox, who.actor, holder=body.holder, reason=body.reason)

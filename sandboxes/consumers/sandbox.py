@@ -1,7 +1,9 @@
 """A sandbox's page over its websocket: each change re-renders the parts of the page it
 touched (`sandboxes.live.PARTS`) with the partials a page load renders; the CPU, memory and
 workspace readings come every USAGE_SECONDS, and the managed processes, which the agent
-restarts on its own, are looked at every PROCESSES_SECONDS while the page is open."""
+restarts on its own, are looked at every PROCESSES_SECONDS while the page is open. Every
+HOLD_SECONDS the page keeps its admin's lease (`leases.hold`): an open page keeps it alive, and
+a takeover past the operator's ceiling ends then (an event, which re-renders the page)."""
 
 import asyncio
 import uuid
@@ -12,9 +14,12 @@ from channels.db import database_sync_to_async
 from django.utils import translation
 from django.utils.html import escape
 
+from boxyard.actors import Actor
+from boxyard.errors import BoxyardError
 from sandboxes import dashboard, live
 from sandboxes.consumers import usage
 from sandboxes.consumers.base import CSRF_MARK, DashboardConsumer, shared
+from sandboxes.services import leases
 
 # Which partial shows which part of the page (the files are the browser's to fetch again).
 PARTIALS = {
@@ -32,6 +37,7 @@ class SandboxConsumer(DashboardConsumer):
 
     USAGE_SECONDS = 2.0
     PROCESSES_SECONDS = 0.5
+    HOLD_SECONDS = 5.0
 
     async def connect(self) -> None:
         self.sandbox_id = str(self.scope["url_route"]["kwargs"]["sandbox_id"])
@@ -42,7 +48,10 @@ class SandboxConsumer(DashboardConsumer):
         await super().connect()
         if not self.admitted:
             return
-        self.tasks = [asyncio.create_task(self.report_usage())]
+        self.tasks = [
+            asyncio.create_task(self.report_usage()),
+            asyncio.create_task(self.keep_lease()),
+        ]
         if await database_sync_to_async(dashboard.declares_processes)(self.sandbox_id):
             self.tasks.append(asyncio.create_task(self.watch_processes()))
 
@@ -90,6 +99,15 @@ class SandboxConsumer(DashboardConsumer):
                 "</div>"
             )
         return "".join(html)
+
+    async def keep_lease(self) -> None:
+        actor = Actor("admin", self.admin_name)
+        while True:
+            try:
+                await database_sync_to_async(leases.hold_by_id)(self.sandbox_id, actor)
+            except BoxyardError:
+                pass  # the sandbox is gone: the page says so
+            await asyncio.sleep(self.HOLD_SECONDS)
 
     async def report_usage(self) -> None:
         """The sandbox's CPU, memory and workspace, every USAGE_SECONDS: the CPU and memory

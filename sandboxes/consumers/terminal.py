@@ -17,7 +17,11 @@ from boxyard.errors import BoxyardError
 from boxyard.web import is_admin, parse_int
 from sandboxes import dashboard
 from sandboxes.consumers.base import REFUSED, language_of
+from sandboxes.services import leases as lease_service
 from sandboxes.services import terminal as terminal_service
+
+# The close code of a terminal whose lease was lost (4000-4999: the application's own).
+LEASE_LOST = 4423
 
 
 class TerminalConsumer(AsyncWebsocketConsumer):
@@ -26,10 +30,16 @@ class TerminalConsumer(AsyncWebsocketConsumer):
     The browser sends JSON ({"type": "input", "data": "..."} or {"type": "resize", "cols",
     "rows"}); the terminal's screen comes back as binary frames. The pseudo-terminal's socket is
     read and written on the event loop, so a terminal costs no thread while it is quiet.
+
+    Every HOLD_SECONDS the terminal keeps the admin's lease (`leases.hold`, fenced by the epoch
+    it was opened under): a lease that was lost meanwhile (its takeover reached the operator's
+    ceiling, another admin took it over, someone released it, the sandbox stopped) closes the
+    terminal, saying why.
     """
 
     TRANSCRIPT_BYTES = 1024 * 1024
     ACTIVITY_SECONDS = 5.0
+    HOLD_SECONDS = 5.0
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -40,6 +50,8 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         self.language = language_of(self.scope)
         self.sandbox_id = str(self.scope["url_route"]["kwargs"]["sandbox_id"])
         self.terminal: Any = None
+        self.holding: asyncio.Task[None] | None = None
+        self.lost: BoxyardError | None = None
         self.transcript = bytearray()
         self.last_activity = 0.0
         await self.accept()
@@ -65,6 +77,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         self.socket = self.terminal.socket
         self.socket.setblocking(False)
         self.pump = asyncio.create_task(self.relay_screen())
+        self.holding = asyncio.create_task(self.keep_lease())
 
     async def refuse(self, why: BoxyardError | Promise) -> None:
         """Say why on the terminal's screen, in the admin's language, and close."""
@@ -72,6 +85,25 @@ class TerminalConsumer(AsyncWebsocketConsumer):
             text = why.localized() if isinstance(why, BoxyardError) else str(why)
         await self.send(text_data=f"\r\n\x1b[31m{text}\x1b[0m\r\n")
         await self.close(code=REFUSED)
+
+    async def keep_lease(self) -> None:
+        """Keep the lease while the terminal is open; close it, saying why, once it is lost."""
+        while True:
+            await asyncio.sleep(self.HOLD_SECONDS)
+            try:
+                await database_sync_to_async(lease_service.hold_by_id)(
+                    self.sandbox_id, self.actor, epoch=self.record.epoch
+                )
+            except BoxyardError as error:
+                self.lost = error
+                with translation.override(self.language):
+                    text = _("The lease is lost (%(why)s): the terminal is closed.") % {
+                        "why": error.localized()
+                    }
+                await self.send(text_data=f"\r\n\x1b[31m{text}\x1b[0m\r\n")
+                await self.close(code=LEASE_LOST)
+                await self.disconnect(LEASE_LOST)
+                return
 
     async def relay_screen(self) -> None:
         loop = asyncio.get_running_loop()
@@ -118,6 +150,13 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         terminal, self.terminal = self.terminal, None
         if getattr(self, "pump", None) is not None:
             self.pump.cancel()
+        if self.holding is not None and self.holding is not asyncio.current_task():
+            self.holding.cancel()
+        lost = self.lost
         await database_sync_to_async(terminal_service.close_terminal)(
-            self.record, terminal, bytes(self.transcript), self.actor
+            self.record,
+            terminal,
+            bytes(self.transcript),
+            self.actor,
+            reason=f"the lease is lost: {lost.message}" if lost is not None else "",
         )

@@ -24,6 +24,7 @@ from boxyard.errors import BoxyardError
 from pipelines.models import Retention
 from sandboxes.models import Sandbox, State, StopReason
 from sandboxes.services.closing import begin_stop, finish_stop
+from sandboxes.services.leases import end_expired_takeover, expired_takeovers
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,9 @@ def due_for_ttl() -> QuerySet[Sandbox]:
 
 def due_for_idle() -> QuerySet[Sandbox]:
     """Running sandboxes past their idle deadline that nothing keeps busy."""
-    leased = Q(lease__holder__gt="", lease__expires_at__gt=Now())
+    leased = Q(lease__holder__gt="") & (
+        Q(lease__expires_at__gt=Now()) | Q(lease__taken_over=True, lease__expires_at=None)
+    )
     return (
         Sandbox.objects.filter(state=State.RUNNING, pooled=False, idle_deadline__lte=Now())
         .exclude(leased)
@@ -56,7 +59,10 @@ def due_for_idle() -> QuerySet[Sandbox]:
 
 
 def reap_due(limit: int = 200) -> Reaped:
-    """Reap what is due now: time to live first (it wins over idleness), then idleness."""
+    """End the takeovers past their ceiling (events), then reap what is due now: time to
+    live first (it wins over idleness), then idleness."""
+    for lease in expired_takeovers().select_related("sandbox")[:limit]:
+        end_expired_takeover(lease.sandbox)
     reaped = Reaped()
     for reason, candidates, done in (
         (StopReason.TTL, due_for_ttl(), reaped.ttl),

@@ -68,9 +68,12 @@ def open_terminal(
     return terminal, record
 
 
-def close_terminal(record: Exec, terminal: Terminal, transcript: bytes, actor: Actor) -> None:
-    """Record the terminal's end: its exit code and the last of what it showed. Whatever it
-    left running ends with it."""
+def close_terminal(
+    record: Exec, terminal: Terminal, transcript: bytes, actor: Actor, *, reason: str = ""
+) -> None:
+    """Record the terminal's end: its exit code and the last of what it showed, and why it
+    closed when it was not the admin's doing (`reason`: the lease was lost). Whatever it left
+    running ends with it."""
     terminal.close()
     sandbox = Sandbox.objects.get(pk=record.sandbox_id)
     if sandbox.state == State.RUNNING and _contained(sandbox):
@@ -80,7 +83,7 @@ def close_terminal(record: Exec, terminal: Terminal, transcript: bytes, actor: A
             pass  # the sandbox went away meanwhile, and its processes with it
     _end(record, ExecState.COMPLETED, transcript, terminal.exit_code(), "")
     with transaction.atomic():
-        events.record(actor, "terminal.closed", sandbox=sandbox, exec=str(record.pk))
+        events.record(actor, "terminal.closed", sandbox=sandbox, exec=str(record.pk), reason=reason)
 
 
 def typed(sandbox_id: UUID | str) -> None:

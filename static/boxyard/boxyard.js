@@ -241,12 +241,18 @@
   setInterval(tick, 1000);
   // The scope's two fields are one choice: a preset fills the template in; a template typed
   // that is a preset selects it, and any other selects "Custom" (what Save stores is what shows).
-  document.addEventListener("change", function (event) {
-    var select = event.target;
-    if (select.id !== "id_scope_preset" || select.value === "custom") return;
-    var template = document.getElementById("id_scope_template");
-    if (template) template.value = select.value;
-  });
+  // Heard on the way down (capture), before htmx's listener on the select asks for the preview:
+  // the preview is then asked for with the preset's template, not the one it replaces.
+  document.addEventListener(
+    "change",
+    function (event) {
+      var select = event.target;
+      if (select.id !== "id_scope_preset" || select.value === "custom") return;
+      var template = document.getElementById("id_scope_template");
+      if (template) template.value = select.value;
+    },
+    true
+  );
   document.addEventListener("input", function (event) {
     var template = event.target;
     if (template.id !== "id_scope_template") return;

@@ -1,0 +1,53 @@
+"""The pipeline form's scope preview in a real browser (Debian's Chromium driven by Playwright)
+against a real server: picking a preset previews that preset's keys at once, and no error."""
+
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from pipelines import scope
+from pipelines.views import SAMPLE_CHATS
+from tests.browsers import BROWSER, alice, browser, log_in, server  # noqa: F401
+
+pytestmark = BROWSER
+
+
+@pytest.fixture
+def presets() -> list[str]:
+    """Two scope presets (a test before may have flushed the migrations' own), read before
+    the browser starts."""
+    from pipelines.models import SessionTemplate
+
+    for position, (slug, template) in enumerate(
+        [("chat", "{launcher_type}_{launcher_id}"), ("user", "{launcher_type}_{sender_id}")]
+    ):
+        SessionTemplate.objects.get_or_create(
+            template=template,
+            defaults={"slug": f"test-{slug}", "labels": {"en": slug}, "position": position},
+        )
+    return [preset.template for preset in SessionTemplate.objects.order_by("template")]
+
+
+def test_picking_a_preset_previews_its_keys_without_an_error(
+    alice, presets, server, browser
+) -> None:
+    assert len(presets) >= 2
+    page: Any = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.set_default_timeout(20_000)
+    log_in(page, server.url)
+    page.goto(f"{server.url}/pipelines/new")
+    shown = page.input_value("#id_scope_preset")
+    for preset in [p for p in reversed(presets) if p != shown] + [shown]:
+        with page.expect_response(lambda answer: "/scope-preview" in answer.url) as asked:
+            page.select_option("#id_scope_preset", preset)
+        # The preview is asked for with the preset's template, not the one it replaced...
+        sent = parse_qs(urlsplit(asked.value.url).query)
+        assert sent["scope_template"] == [preset], sent
+        # ...and shows its keys, with no error.
+        key = scope.resolve(preset, SAMPLE_CHATS[0][1])
+        page.wait_for_selector(f"#scope-preview [data-testid=scope-key]:text-is('{key}')")
+        assert page.locator("[data-testid=scope-error]").count() == 0, page.inner_text(
+            "#scope-preview"
+        )
+    page.close()
