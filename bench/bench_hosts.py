@@ -94,6 +94,7 @@ def setup_django(data_dir: Path, deployment: str, database_url: str) -> None:
             "BOXYARD_DEPLOYMENT": deployment,
             "BOXYARD_IMAGE_ALLOWLIST": "boxyard/*",
             "BOXYARD_MAX_LIVE_SANDBOXES": "1000000",  # the operator's cap is not measured here
+            "BOXYARD_RATE_LIMIT": "off",  # nor its rate limit
             "DJANGO_SETTINGS_MODULE": "config.settings",
         }
     )

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import socket
 import tempfile
 import threading
@@ -228,6 +229,7 @@ def main() -> None:
         spool.mkdir()
         env = server_env(data_dir, deployment)
         env["TMPDIR"] = str(spool)
+        env["BOXYARD_RATE_LIMIT"] = os.environ.get("BOXYARD_RATE_LIMIT", "600/minute")
         manage(env, "migrate", "--verbosity", "0")
         tokens = {
             slug: manage(env, "create_pipeline", slug, "--image", args.image, "--print-token")
