@@ -46,10 +46,11 @@ def refusal(pipeline: int) -> int | None:
             return max(1, math.ceil(until - now))
         del _blocked[pipeline]
     strategy, item = limiter
-    key = str(pipeline)
-    if strategy.hit(item, "pipeline", key):
+    # Named by the deployment too: installs that share a Redis count apart.
+    keys = (settings.BOXYARD_DEPLOYMENT, "pipeline", str(pipeline))
+    if strategy.hit(item, *keys):
         return None
-    reset = strategy.get_window_stats(item, "pipeline", key).reset_time
+    reset = strategy.get_window_stats(item, *keys).reset_time
     wait = max(1, math.ceil(reset - time.time()))
     # Until the counter may let one more through (its window slides: asked again then).
     _blocked[pipeline] = now + min(wait, 1)
