@@ -25,54 +25,42 @@ from tests.fakes import FakeRuntime
 DEPLOYMENT = f"test-{uuid.uuid4().hex[:8]}"
 
 
-# Tests whose subject is the same whichever database and broker serve Boxyard: the engine and
-# what runs in a sandbox, HTTP at the server's door, the dashboard's pages in a browser, pure
-# logic. CI runs them once, in the embedded mode (SQLite); its distributed half (PostgreSQL
-# and Redis) runs every other test again (.ci/run).
-SAME_IN_EVERY_MODE = frozenset(
+# The tests whose subject a database or a broker can change: the distributed mode's own
+# processes, locking and concurrency on the rows (claims, leases, placement, jobs, reaping,
+# reconciling), migrations, the Channels layer's pushes, Celery's queues, the rate limit's
+# counter. CI runs these twice, in the embedded mode (SQLite) and in the distributed one
+# (PostgreSQL and Redis); every other test (the engine, what runs in a sandbox, HTTP at the
+# server's door, the API's shapes, pages in a browser, pure logic) is marked
+# `same_in_every_mode` and runs once (.ci/run).
+MODE_DEPENDENT = frozenset(
     {
-        "tests/test_browser.py",
-        "tests/test_browser_hosts.py",
-        "tests/test_browser_live.py",
-        "tests/test_browser_pages.py",
-        "tests/test_browser_tabs.py",
-        "tests/test_browser_scope.py",
-        "tests/test_browser_takeover.py",
-        "tests/test_gate.py",
-        "tests/test_turns.py",
-        "tests/test_bodies.py",
-        "tests/test_settings.py",
-        "tests/test_layers.py",
-        "tests/test_languages.py",
-        "tests/test_languages_pages.py",
-        "tests/test_errors_localized.py",
-        "tests/test_fakes.py",
-        "tests/api/test_raw_files.py",
-        "tests/api/test_archives.py",
-        "tests/api/test_schemathesis.py",
-        "tests/api/test_authz_matrix.py",
-        "tests/api/test_mcp_servers.py",
-        "tests/api/test_mcp_sessions.py",
-        "tests/api/test_mcp_limits.py",
-        "tests/api/test_agent_output.py",
-        "tests/api/test_api_edges.py",
-        "tests/api/test_schemathesis_live.py",
-        "tests/security/test_agent.py",
-        "tests/security/test_hardening.py",
-        "tests/security/test_limits.py",
-        "tests/security/test_memory.py",
-        "tests/security/test_processes.py",
-        "tests/security/test_disk_names.py",
-        "tests/security/test_web_api_auth.py",
-        "tests/security/test_web_csp.py",
-        "tests/security/test_web_login.py",
-        "tests/security/test_web_paths.py",
-        "tests/security/test_web_websocket_origin.py",
-        "tests/sandboxes/test_agentfiles.py",
-        "tests/sandboxes/test_engine_restart.py",
-        "tests/sandboxes/test_images.py",
-        "tests/sandboxes/test_runtime.py",
-        "tests/sandboxes/test_charts.py",
+        "tests/test_distributed.py",
+        "tests/test_workers.py",
+        "tests/test_db.py",
+        "tests/test_migrations.py",
+        "tests/test_ratelimit.py",
+        "tests/test_dashboard_live.py",
+        "tests/test_takeover.py",
+        "tests/test_fleet.py",
+        "tests/hosts/test_host_queues.py",
+        "tests/hosts/test_rolling_restart.py",
+        "tests/hosts/test_placement.py",
+        "tests/pipelines/test_services.py",
+        "tests/sandboxes/services/test_claiming.py",
+        "tests/sandboxes/services/test_creating.py",
+        "tests/sandboxes/services/test_jobs.py",
+        "tests/sandboxes/services/test_leases.py",
+        "tests/sandboxes/services/test_opening.py",
+        "tests/sandboxes/services/test_pool.py",
+        "tests/sandboxes/services/test_reaping.py",
+        "tests/sandboxes/services/test_reconciling.py",
+        "tests/sandboxes/test_guard.py",
+        "tests/sandboxes/test_lifecycle.py",
+        "tests/sandboxes/test_metrics.py",
+        "tests/sandboxes/test_retention.py",
+        "tests/sandboxes/test_selectors.py",
+        "tests/sandboxes/test_tasks.py",
+        "tests/security/test_engine_events.py",
     }
 )
 
@@ -85,7 +73,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if item.nodeid.split("::")[0] in SAME_IN_EVERY_MODE:
+        if item.nodeid.split("::")[0] not in MODE_DEPENDENT:
             item.add_marker(pytest.mark.same_in_every_mode)
 
 

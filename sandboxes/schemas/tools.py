@@ -170,10 +170,31 @@ def _resolved(schema: Any, defs: dict[str, Any]) -> Any:
     return plain
 
 
+# Keywords of the API's own schemas that the LLM providers' tool schemas do not take (the
+# server still checks them, and names what a call got wrong).
+_NOT_FOR_TOOLS = frozenset({"prefixItems", "maxProperties", "propertyNames"})
+
+
+def _for_tools(schema: Any) -> Any:
+    if isinstance(schema, list):
+        return [_for_tools(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    return {
+        key: (
+            {n: _for_tools(sub) for n, sub in value.items()}
+            if key == "properties"
+            else _for_tools(value)
+        )
+        for key, value in schema.items()
+        if key == "properties" or key not in _NOT_FOR_TOOLS
+    }
+
+
 def _argument(schema: JsonSchema, defs: dict[str, Any]) -> JsonSchema:
     """An argument as a model should see it: an optional argument is left out rather than
-    sent as null, so `X | None` reads as X."""
-    plain: JsonSchema = _resolved(schema, defs)
+    sent as null, so `X | None` reads as X; in the subset of JSON Schema the providers take."""
+    plain: JsonSchema = _for_tools(_resolved(schema, defs))
     options = plain.get("anyOf")
     if isinstance(options, list) and {"type": "null"} in options:
         rest = [option for option in options if option != {"type": "null"}]
