@@ -177,7 +177,10 @@ def test_the_served_schedulers_periodic_job_prunes(
     )
     assert old.output_size == 10_000
     started(old, timedelta(days=8))
-    with served(tmp_path, BOXYARD_PRUNE_INTERVAL_SECONDS="1") as server:
+    # The embedded worker and scheduler, whichever broker the run has.
+    with served(
+        tmp_path, BOXYARD_PRUNE_INTERVAL_SECONDS="1", BOXYARD_EMBEDDED_WORKER="true"
+    ) as server:
         wait_for(lambda: Exec.objects.get(pk=old.pk).output_size == 0, 60, server.tail)
         assert httpx.get(f"{server.url}/healthz").status_code == 200
     assert "pruned" in Exec.objects.get(pk=old.pk).error
