@@ -18,12 +18,23 @@ _OFF = {"", "off", "none", "0"}
 _blocked: dict[int, float] = {}
 
 
+class _CountsReadLazily(storage.MemoryStorage):
+    """The library's in-memory counts, without the timer thread it starts again on every count
+    once the last has ended: started from the event loop, a thread stalls it for as long as
+    the new thread waits to run (under load, milliseconds a request, for every caller). Counts
+    past their window are dropped as they are read instead; what stays is two counts per
+    pipeline."""
+
+    def _MemoryStorage__schedule_expiry(self) -> None:  # the library's private hook
+        pass
+
+
 @cache
 def _limiter(spec: str, redis_url: str) -> tuple[strategies.RateLimiter, RateLimitItem] | None:
     if spec.strip().lower() in _OFF:
         return None
     item = parse(spec)
-    store = storage.storage_from_string(redis_url) if redis_url else storage.MemoryStorage()
+    store = storage.storage_from_string(redis_url) if redis_url else _CountsReadLazily()
     return strategies.SlidingWindowCounterRateLimiter(store), item
 
 
