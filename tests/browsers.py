@@ -59,6 +59,22 @@ def alice(django_user_model: Any) -> Any:
     return django_user_model.objects.create_user("alice", password=PASSWORD, is_staff=True)
 
 
+@pytest.fixture
+def presets() -> list[str]:
+    """Two scope presets (a test before may have flushed the migrations' own), read before
+    the browser starts."""
+    from pipelines.models import SessionTemplate
+
+    for position, (slug, template) in enumerate(
+        [("chat", "{launcher_type}_{launcher_id}"), ("user", "{launcher_type}_{sender_id}")]
+    ):
+        SessionTemplate.objects.get_or_create(
+            template=template,
+            defaults={"slug": f"test-{slug}", "labels": {"en": slug}, "position": position},
+        )
+    return [preset.template for preset in SessionTemplate.objects.order_by("template")]
+
+
 def log_in(page: Any, url: str, path: str = "/") -> None:
     """Log in as alice, from `path`, and land on the fleet."""
     page.goto(f"{url}{path}")

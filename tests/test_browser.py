@@ -29,6 +29,7 @@ from tests.browsers import (  # noqa: F401
     confirm,
     log_in,
     open_tab,
+    presets,
     server,
     shoot,
 )
@@ -189,22 +190,6 @@ def watch_progress(page: Any) -> None:
             });
         }"""
     )
-
-
-@pytest.fixture
-def presets() -> list[str]:
-    """Two scope presets (a test before may have flushed the migrations' own), read before
-    the browser starts."""
-    from pipelines.models import SessionTemplate
-
-    for position, (slug, template) in enumerate(
-        [("chat", "{launcher_type}_{launcher_id}"), ("user", "{launcher_type}_{sender_id}")]
-    ):
-        SessionTemplate.objects.get_or_create(
-            template=template,
-            defaults={"slug": f"test-{slug}", "labels": {"en": slug}, "position": position},
-        )
-    return [preset.template for preset in SessionTemplate.objects.order_by("template")]
 
 
 def test_the_scope_fields_are_one_choice_and_save_what_they_show(

@@ -4,29 +4,11 @@ against a real server: picking a preset previews that preset's keys at once, and
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-import pytest
-
 from pipelines import scope
 from pipelines.views import SAMPLE_CHATS
-from tests.browsers import BROWSER, alice, browser, log_in, server  # noqa: F401
+from tests.browsers import BROWSER, alice, browser, log_in, presets, server  # noqa: F401
 
 pytestmark = BROWSER
-
-
-@pytest.fixture
-def presets() -> list[str]:
-    """Two scope presets (a test before may have flushed the migrations' own), read before
-    the browser starts."""
-    from pipelines.models import SessionTemplate
-
-    for position, (slug, template) in enumerate(
-        [("chat", "{launcher_type}_{launcher_id}"), ("user", "{launcher_type}_{sender_id}")]
-    ):
-        SessionTemplate.objects.get_or_create(
-            template=template,
-            defaults={"slug": f"test-{slug}", "labels": {"en": slug}, "position": position},
-        )
-    return [preset.template for preset in SessionTemplate.objects.order_by("template")]
 
 
 def test_picking_a_preset_previews_its_keys_without_an_error(
