@@ -233,3 +233,35 @@ def test_a_wait_whose_client_went_away_gives_its_long_call_back(
         return answer.status_code == 200
 
     wait_for(served_again, 10)
+
+
+def test_one_callers_bodies_in_memory_are_capped(server: Server, make_pipeline: Any) -> None:
+    """Bodies on their way are held against the caller's share (8 bounds by default): one
+    more, while those are still coming, is refused at once."""
+    token = token_of(make_pipeline, "hoarder")
+    host, port = server.url.removeprefix("http://").split(":")
+    head = (
+        f"POST /api/v1/sandboxes/open HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {BOUND}\r\n\r\n"
+    ).encode()
+    coming = []
+    try:
+        for _ in range(8):  # each announces a whole bound and sends a little of it
+            sock = socket.create_connection((host, int(port)), timeout=5)
+            sock.sendall(head + b"{")
+            coming.append(sock)
+        time.sleep(0.3)
+        answer, seconds = raw(
+            server,
+            f"POST /api/v1/sandboxes/open HTTP/1.1\nHost: 127.0.0.1\n"
+            f"Authorization: Bearer {token}\nContent-Type: application/json\n"
+            f"Content-Length: {BOUND}\n",
+            wait=5,
+        )
+        assert answer.startswith("HTTP/1.1 429"), answer
+        assert "retry-after" in answer.lower()
+        assert seconds < 1.5
+    finally:
+        for sock in coming:
+            sock.close()
