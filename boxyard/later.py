@@ -22,6 +22,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
 from boxyard.errors import N_, AgentTimeout, BoxyardError, problem
 from boxyard.slots import Held
+from boxyard.threads import waiting
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -91,7 +92,8 @@ class Awaited(Generic[T]):
             if self.answer is None:
                 return self.finish(_none)
             try:
-                self.answer.result(timeout=self.deadline)
+                with waiting():
+                    self.answer.result(timeout=self.deadline)
             except concurrent.futures.TimeoutError:
                 self.forget()
                 return self.finish(self._timed_out)

@@ -164,3 +164,55 @@ class Turns:
         """(running, waiting) of a caller, for tests and the dashboard."""
         line = self._callers.get(caller)
         return (line.running, len(line.waiting)) if line else (0, 0)
+
+
+class _Line:
+    __slots__ = ("running", "waiting")
+
+    def __init__(self) -> None:
+        self.running = 0
+        self.waiting: deque[threading.Lock] = deque()
+
+
+class Runs:
+    """At most `running()` threads per caller run at once, in the order they asked (the
+    thread-side twin of `Turns`). Python runs one thread at a time: a caller with many
+    threads ready to run would get as many shares of the interpreter as it has threads, and
+    another caller's one thread would wait behind all of them at every step."""
+
+    def __init__(self, running: Callable[[], int]) -> None:
+        self.running = running
+        self._lock = threading.Lock()
+        self._callers: dict[str, _Line] = {}
+
+    def take(self, caller: str) -> None:
+        """Block until the caller may run (no-op outside a request: "" is nobody's)."""
+        if not caller:
+            return
+        with self._lock:
+            line = self._callers.setdefault(caller, _Line())
+            if line.running < self.running():
+                line.running += 1
+                return
+            handed = threading.Lock()
+            handed.acquire()
+            line.waiting.append(handed)
+        handed.acquire()  # released by give_back: the turn handed on (running unchanged)
+
+    def give_back(self, caller: str) -> None:
+        if not caller:
+            return
+        with self._lock:
+            line = self._callers[caller]
+            if line.waiting:
+                line.waiting.popleft().release()
+                return
+            line.running -= 1
+            if not line.running:
+                del self._callers[caller]
+
+    def busy(self, caller: str) -> tuple[int, int]:
+        """(running, waiting) threads of a caller, for tests."""
+        with self._lock:
+            line = self._callers.get(caller)
+            return (line.running, len(line.waiting)) if line else (0, 0)

@@ -6,6 +6,7 @@ import itertools
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
@@ -13,7 +14,7 @@ from django import db
 from django.conf import settings
 from django.db import close_old_connections
 
-from boxyard.slots import CALLER, Turns
+from boxyard.slots import CALLER, Runs, Turns
 
 T = TypeVar("T")
 
@@ -21,6 +22,11 @@ T = TypeVar("T")
 TURNS = Turns(
     lambda: settings.BOXYARD_THREADS_PER_CALLER, lambda: settings.BOXYARD_QUEUED_PER_CALLER
 )
+
+# Of a caller's threads, BOXYARD_RUNNING_PER_CALLER run at once; one that waits on something
+# outside lets its turn go meanwhile (`waiting`).
+RUNS = Runs(lambda: settings.BOXYARD_RUNNING_PER_CALLER)
+_running = threading.local()  # .caller: whose turn this thread holds now ("" or unset: none)
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
@@ -67,6 +73,37 @@ def with_fresh_connection(function: Callable[..., T], *args: Any, **kwargs: Any)
         close_old_connections()
 
 
+def _in_turn(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    caller = CALLER.get()
+    RUNS.take(caller)
+    _running.caller = caller
+    try:
+        return with_fresh_connection(function, *args, **kwargs)
+    finally:
+        RUNS.give_back(_running.caller)
+        _running.caller = ""
+
+
+@contextmanager
+def waiting() -> Iterator[None]:
+    """Around a wait on something outside this process (the engine, a sandbox's agent, a
+    client's body, another thread): this thread's caller lets its turn to run go meanwhile
+    (`RUNS`) and takes it again after, in order. Not inside a transaction: a thread that
+    waited for its turn with the database's lock held could keep another of its caller's
+    threads, which holds the turn, waiting on that lock."""
+    caller = getattr(_running, "caller", "")
+    if not caller or db.connection.in_atomic_block:
+        yield
+        return
+    _running.caller = ""
+    RUNS.give_back(caller)
+    try:
+        yield
+    finally:
+        RUNS.take(caller)
+        _running.caller = caller
+
+
 def release_connection() -> None:
     """Give this thread's database connection back while it waits on a sandbox (the next
     query opens one again); not inside a transaction, which must keep its connection.
@@ -80,8 +117,9 @@ def release_connection() -> None:
 async def in_pool(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Call a blocking function from async code in a thread of the request pool, in the
     caller's turn (`TURNS`): a caller that holds its share of the pool waits, without a
-    thread, or is refused (`Throttled`) when too many of its calls wait already."""
-    call = sync_to_async(with_fresh_connection, thread_sensitive=False, executor=request_pool())
+    thread, or is refused (`Throttled`) when too many of its calls wait already. In the
+    thread, it runs in the caller's turn to run (`RUNS`)."""
+    call = sync_to_async(_in_turn, thread_sensitive=False, executor=request_pool())
     give_back = await TURNS.enter(CALLER.get())
     running = asyncio.ensure_future(call(function, *args, **kwargs))
     # A thread cannot be stopped: a call whose client went away keeps its turn until its

@@ -22,6 +22,7 @@ from django.core.exceptions import RequestAborted
 from django.http import HttpRequest
 
 from boxyard.errors import N_, InvalidInput, LengthRequired, RequestTimeout
+from boxyard.threads import waiting
 
 Receive = Callable[[], Awaitable[Mapping[str, Any]]]
 
@@ -113,9 +114,10 @@ class StreamedBody:
     def _next_part(self) -> list[bytes] | None:
         if self._done:
             return None
-        if self._taker is None:
-            asyncio.run_coroutine_threadsafe(self._start(), self._loop).result()
-        part = self._parts.get()
+        with waiting():  # for the client
+            if self._taker is None:
+                asyncio.run_coroutine_threadsafe(self._start(), self._loop).result()
+            part = self._parts.get()
         self._loop.call_soon_threadsafe(self._room.release)
         if isinstance(part, BaseException):
             self._done = True

@@ -361,6 +361,10 @@ BOXYARD_THREADS_PER_CALLER = env_int(
     "BOXYARD_THREADS_PER_CALLER", max(1, BOXYARD_API_THREADS // 8), minimum=1
 )
 BOXYARD_QUEUED_PER_CALLER = env_int("BOXYARD_QUEUED_PER_CALLER", 256, minimum=0)
+# Of those threads, how many run at once (the rest wait in order, holding their thread): a
+# thread waiting on the engine, a sandbox or a client's body lets its turn go meanwhile.
+# Python runs one thread at a time, so more shares the interpreter less fairly among callers.
+BOXYARD_RUNNING_PER_CALLER = env_int("BOXYARD_RUNNING_PER_CALLER", 1, minimum=1)
 # Long calls (waiting for an exec, following its output, an MCP tool's progress) one pipeline
 # may have open at once; past it, 429 with Retry-After. They hold no thread while they wait.
 BOXYARD_LONG_CALLS_PER_PIPELINE = env_int("BOXYARD_LONG_CALLS_PER_PIPELINE", 64, minimum=1)

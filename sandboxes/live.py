@@ -24,6 +24,8 @@ from asgiref.sync import async_to_sync
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import transaction
 
+from boxyard.threads import waiting
+
 log = logging.getLogger(__name__)
 
 FLEET = "fleet"
@@ -106,5 +108,6 @@ def _send(groups: list[str], message: dict[str, Any]) -> None:
         for group in groups:
             asyncio.run_coroutine_threadsafe(layer.group_send(group, message), loop)
         return
-    for group in groups:
-        async_to_sync(layer.group_send)(group, message)
+    with waiting():
+        for group in groups:
+            async_to_sync(layer.group_send)(group, message)

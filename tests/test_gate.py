@@ -265,3 +265,37 @@ def test_one_callers_bodies_in_memory_are_capped(server: Server, make_pipeline: 
     finally:
         for sock in coming:
             sock.close()
+
+
+def test_a_call_waiting_on_its_client_lets_its_callers_other_calls_run(
+    server: Server, make_pipeline: Any
+) -> None:
+    """A caller's threads run one at a time (BOXYARD_RUNNING_PER_CALLER, 1 by default): an
+    upload whose client is slow to send lets go of its turn while it waits for the body, and
+    the caller's other calls are answered meanwhile."""
+    token = token_of(make_pipeline, "uploader")
+    auth = {"Authorization": f"Bearer {token}"}
+    sandbox = httpx.post(
+        f"{server.url}/api/v1/sandboxes/open",
+        headers=auth,
+        json={"pipeline": "uploader", "variables": CHAT},
+        timeout=120,
+    ).json()["sandbox_id"]
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as upload:
+        upload.sendall(
+            f"PUT /api/v1/sandboxes/{sandbox}/files/raw?path=slow.bin HTTP/1.1\r\n"
+            f"Host: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
+            "Content-Length: 100000\r\n\r\n".encode()
+            + b"x" * 1000
+        )
+        time.sleep(0.3)  # the upload is under way, waiting for the rest of its body
+        for _ in range(3):
+            listed = httpx.get(f"{server.url}/api/v1/sandboxes", headers=auth, timeout=10)
+            assert listed.status_code == 200
+        # All answered while the upload still waited (it ends with 408 after 2 s of silence).
+        upload.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            upload.recv(1)
+        upload.setblocking(True)
+        assert upload.recv(65536).startswith(b"HTTP/1.1 408")

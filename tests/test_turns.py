@@ -1,17 +1,24 @@
 """The request pool shared out per caller (boxyard.slots.Turns, as boxyard.threads.in_pool
 uses it): a caller runs at most its share at once, its further calls wait in order without a
 thread, past its queue it is refused; other callers are not held up; a call whose client went
-away keeps its turn until its thread is free."""
+away keeps its turn until its thread is free. In the thread, a caller's calls run one at a time
+(boxyard.slots.Runs), each letting its turn go while it waits on something outside."""
 
 import asyncio
+import contextlib
 import threading
+import time
+from functools import partial
 from typing import Any
 
 import pytest
+from django.db import transaction
 
 from boxyard.errors import Throttled
-from boxyard.slots import CALLER, Slots, Turns
-from boxyard.threads import TURNS, in_pool
+from boxyard.slots import CALLER, Runs, Slots, Turns
+from boxyard.threads import RUNS, TURNS, in_pool, waiting
+from sandboxes.runtime.docker.common import translate
+from tests.conftest import wait_for
 
 
 def test_a_caller_runs_its_share_waits_in_order_and_is_refused_past_its_queue() -> None:
@@ -94,3 +101,110 @@ def test_slots_refuse_past_the_share_and_give_back_once() -> None:
     assert slots.held("a") == 1
     slots.take("a")
     second.release()
+
+
+def _queued_is(runs: Runs, caller: str, count: int) -> bool:
+    return runs.busy(caller)[1] == count
+
+
+def test_runs_let_a_caller_run_its_share_in_order_and_others_alongside() -> None:
+    runs = Runs(lambda: 1)
+    order: list[str] = []
+    runs.take("hog")
+
+    def later(caller: str, name: str) -> None:
+        runs.take(caller)
+        order.append(name)
+        runs.give_back(caller)
+
+    hogs = [threading.Thread(target=later, args=("hog", f"h{i}")) for i in range(3)]
+    for queued, thread in enumerate(hogs, start=1):
+        thread.start()
+        wait_for(partial(_queued_is, runs, "hog", queued), 5)
+    # Another caller runs at once, past the hog's queue.
+    later("other", "o")
+    assert runs.busy("hog") == (1, 3)
+    runs.give_back("hog")
+    for thread in hogs:
+        thread.join(5)
+    assert order == ["o", "h0", "h1", "h2"]
+    assert runs.busy("hog") == (0, 0)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_caller_runs_one_call_at_a_time_but_lets_its_turn_go_while_it_waits(
+    settings: Any,
+) -> None:
+    """In the request pool, a caller's calls take turns to run (BOXYARD_RUNNING_PER_CALLER);
+    one that waits on something outside (`waiting`) lets the next run meanwhile, except in a
+    transaction; another caller is never held up by them."""
+    settings.BOXYARD_RUNNING_PER_CALLER = 1
+    outside = threading.Event()
+    running: list[str] = []
+    most = [0]
+
+    def call(name: str, wait: bool = False, atomic: bool = False) -> str:
+        running.append(name)
+        most[0] = max(most[0], len([n for n in running if n.startswith("c")]))
+        try:
+            if wait:
+                with transaction.atomic() if atomic else contextlib.nullcontext(), waiting():
+                    outside.wait(5)
+            else:
+                time.sleep(0.05)
+            return name
+        finally:
+            running.remove(name)
+
+    async def scenario(atomic: bool) -> list[str]:
+        CALLER.set("pipeline:1")
+        ended: list[str] = []
+
+        async def done(name: str, *args: Any) -> None:
+            ended.append(await in_pool(call, name, *args))
+
+        waiter = asyncio.ensure_future(done("waiter", True, atomic))
+        await asyncio.sleep(0.1)
+        others = [asyncio.ensure_future(done(f"c{i}")) for i in range(3)]
+        CALLER.set("pipeline:2")
+        stranger = asyncio.ensure_future(done("stranger"))
+        await asyncio.wait_for(stranger, 2)
+        await asyncio.sleep(0.3)
+        outside.set()
+        await asyncio.wait_for(asyncio.gather(waiter, *others), 5)
+        return ended
+
+    ended = asyncio.run(scenario(atomic=False))
+    # The waiter let its turn go: the caller's other calls ran, one at a time and in order,
+    # before it ended.
+    assert ended[-1] == "waiter"
+    assert [name for name in ended if name != "stranger"] == ["c0", "c1", "c2", "waiter"]
+    assert most[0] == 1
+    assert RUNS.busy("pipeline:1") == (0, 0)
+    outside.clear()
+    ended = asyncio.run(scenario(atomic=True))
+    # In a transaction it keeps its turn: the caller's others wait for it; the stranger not.
+    assert ended == ["stranger", "waiter", "c0", "c1", "c2"]
+
+
+def test_a_call_waiting_on_the_engine_lets_its_turn_go(settings: Any) -> None:
+    """Every call to the engine's API (through `translate`) lets the caller's turn go while
+    the engine answers."""
+    settings.BOXYARD_RUNNING_PER_CALLER = 1
+    engine_answers = threading.Event()
+
+    class Engine:
+        @translate
+        def slow(self) -> str:
+            engine_answers.wait(5)
+            return "engine"
+
+    async def scenario() -> list[str]:
+        CALLER.set("pipeline:1")
+        slow = asyncio.ensure_future(in_pool(Engine().slow))
+        await asyncio.sleep(0.1)
+        quick = await asyncio.wait_for(in_pool(lambda: "quick"), 2)
+        engine_answers.set()
+        return [quick, await slow]
+
+    assert asyncio.run(scenario()) == ["quick", "engine"]

@@ -33,6 +33,7 @@ from boxyard.errors import (
     NotFound,
     RuntimeFailure,
 )
+from boxyard.threads import waiting
 from sandboxes.runtime import AGENT_PATH, ROOT, Runtime, get_runtime
 from sandboxes.runtime.streams import LineBuffer, LineTooLong
 
@@ -118,11 +119,13 @@ class AgentChannel:
         arguments are the request's fields."""
         pending = _Pending()
         request_id = self._send(op, pending, on_event, fields)
-        if on_slow is not None and not pending.event.wait(
-            min(_SLOW_SECONDS, deadline or _SLOW_SECONDS)
-        ):
-            on_slow()
-        if not pending.event.wait(deadline):
+        with waiting():
+            if on_slow is not None and not pending.event.wait(
+                min(_SLOW_SECONDS, deadline or _SLOW_SECONDS)
+            ):
+                on_slow()
+            answered = pending.event.wait(deadline)
+        if not answered:
             with self._lock:
                 self._pending.pop(request_id, None)
                 self._subscribers.pop(request_id, None)
@@ -179,7 +182,8 @@ class AgentChannel:
                 self._subscribers[request_id] = on_event
         line = json.dumps({"id": request_id, "op": op, **fields}, separators=(",", ":"))
         try:
-            self._duplex.send(line.encode() + b"\n")
+            with waiting():  # the agent may be slow to read (others write to it too)
+                self._duplex.send(line.encode() + b"\n")
         except OSError as error:
             self._fail(N_("cannot write to the agent: %(error)s", error=error))
         return request_id
@@ -260,9 +264,9 @@ class AgentChannel:
             self.closed = True
             pending, self._pending = self._pending, {}
             subscribers, self._subscribers = self._subscribers, {}
-        for waiting in pending.values():
-            waiting.error = AgentGone(reason)
-            waiting.settle()
+        for asked in pending.values():
+            asked.error = AgentGone(reason)
+            asked.settle()
         for subscriber in subscribers.values():
             try:
                 subscriber({"event": "gone", "reason": str(reason)})

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from boxyard.errors import N_, RuntimeFailure
+from boxyard.threads import waiting
 from sandboxes.runtime import ExecResult
 from sandboxes.runtime.streams import send_all
 
@@ -125,7 +126,8 @@ class Body:
                 yield self._first
             while left > 0:
                 try:
-                    piece = self._sock.recv(min(left, _PIECE))
+                    with waiting():
+                        piece = self._sock.recv(min(left, _PIECE))
                 except TimeoutError:
                     raise RuntimeFailure(N_("reading %(path)s stalled", path=self._path)) from None
                 if not piece:
@@ -162,7 +164,8 @@ class _Lines:
             if len(data) > _ANSWER_BYTES:
                 raise RuntimeFailure(N_("the sandbox agent's answer is too long"))
             try:
-                piece = self._sock.recv(_ANSWER_BYTES)
+                with waiting():
+                    piece = self._sock.recv(_ANSWER_BYTES)
             except TimeoutError:
                 raise RuntimeFailure(N_("the sandbox agent did not answer in time")) from None
             if not piece:

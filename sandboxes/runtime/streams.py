@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 
 from boxyard.errors import N_, ExecDeadlineExceeded
+from boxyard.threads import waiting
 
 STDOUT, STDERR = 1, 2
 _CHUNK = 64 * 1024
@@ -64,11 +65,13 @@ def frames(sock: socket.socket, deadline: float | None) -> Iterator[tuple[int, b
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise ExecDeadlineExceeded(N_("the command's output stream did not end in time"))
-            ready, _, _ = select.select([sock], [], [], remaining)
+            with waiting():
+                ready, _, _ = select.select([sock], [], [], remaining)
             if not ready:
                 continue
         try:
-            data = sock.recv(_CHUNK)
+            with waiting():
+                data = sock.recv(_CHUNK)
         except TimeoutError:
             raise ExecDeadlineExceeded(
                 N_("the command's output stream went silent for too long")
@@ -161,9 +164,11 @@ def send_all(sock: socket.socket, chunks: Iterable[bytes]) -> None:
             batch.append(chunk)
             size += len(chunk)
         if size >= _STDIN_BATCH or len(batch) >= _MAX_PIECES:
-            send_pieces(sock, batch)
+            with waiting():
+                send_pieces(sock, batch)
             batch, size = [], 0
-    send_pieces(sock, batch)
+    with waiting():
+        send_pieces(sock, batch)
 
 
 _MAX_PIECES = 256  # well under the kernel's IOV_MAX (1024)

@@ -12,6 +12,7 @@ from django.db import IntegrityError, transaction
 
 from boxyard.actors import Actor
 from boxyard.errors import N_, InvalidState, PoolExhausted
+from boxyard.threads import waiting
 from pipelines.models import Pipeline, PoolPolicy
 from pipelines.scope import Scope
 from sandboxes import events, lifecycle, metrics
@@ -70,7 +71,8 @@ def claim(pipeline: Pipeline, scope: Scope, actor: Actor, holder: str | None) ->
                 ),
                 retry_after=1,
             )
-        time.sleep(_POOL_POLL_SECONDS)
+        with waiting():
+            time.sleep(_POOL_POLL_SECONDS)
     if source == "existing":
         metrics.count("boxyard_sandboxes_reused_total", pipeline.slug)
     elif source == "pool":

@@ -17,6 +17,7 @@ from boxyard.errors import (
     RuntimeFailure,
     RuntimeUnavailable,
 )
+from boxyard.threads import waiting
 from sandboxes.runtime import ContainerInfo
 
 P = ParamSpec("P")
@@ -24,12 +25,14 @@ T = TypeVar("T")
 
 
 def translate(method: Callable[P, T]) -> Callable[P, T]:
-    """Map docker-py and transport errors onto Boxyard's exception tree."""
+    """Map docker-py and transport errors onto Boxyard's exception tree; the engine is
+    waited for with the caller's turn to run let go (`boxyard.threads.waiting`)."""
 
     @functools.wraps(method)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
         try:
-            return method(*args, **kwargs)
+            with waiting():
+                return method(*args, **kwargs)
         except (RuntimeFailure, RuntimeUnavailable):
             raise
         except (requests.exceptions.ConnectionError, ConnectionError, FileNotFoundError) as error:

@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 from boxyard.actors import Actor
 from boxyard.errors import N_, BoxyardError, InvalidInput, InvalidState, NotFound
 from boxyard.later import Awaited, Get
-from boxyard.threads import release_connection
+from boxyard.threads import release_connection, waiting
 from sandboxes.guard import acting_on
 from sandboxes.models import Exec, ExecState, State
 from sandboxes.runtime import answers
@@ -158,7 +158,8 @@ def _poll(record: Exec, timeout_seconds: float) -> Exec:
     """Wait for an exec that runs without the agent (its own request records its end)."""
     deadline = time.monotonic() + timeout_seconds
     while record.state == ExecState.RUNNING and time.monotonic() < deadline:
-        time.sleep(0.05)
+        with waiting():
+            time.sleep(0.05)
         record.refresh_from_db()
     return record
 
