@@ -104,6 +104,19 @@ def waiting() -> Iterator[None]:
         _running.caller = caller
 
 
+@contextmanager
+def locked(lock: threading.Lock) -> Iterator[None]:
+    """`with lock:` for a lock held across a wait (`waiting`), its own wait for the lock a
+    wait too: otherwise a thread that holds the lock and waits for its turn back, and another
+    of its caller's that holds the turn and waits for the lock, would wait for each other."""
+    with waiting():
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 def release_connection() -> None:
     """Give this thread's database connection back while it waits on a sandbox (the next
     query opens one again); not inside a transaction, which must keep its connection.

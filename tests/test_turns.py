@@ -16,7 +16,7 @@ from django.db import transaction
 
 from boxyard.errors import Throttled
 from boxyard.slots import CALLER, Runs, Slots, Turns
-from boxyard.threads import RUNS, TURNS, in_pool, waiting
+from boxyard.threads import RUNS, TURNS, in_pool, locked, waiting
 from sandboxes.runtime.docker.common import translate
 from tests.conftest import wait_for
 
@@ -187,6 +187,7 @@ def test_a_caller_runs_one_call_at_a_time_but_lets_its_turn_go_while_it_waits(
     assert ended == ["stranger", "waiter", "c0", "c1", "c2"]
 
 
+@pytest.mark.django_db(transaction=True)  # the pool's threads check their connections
 def test_a_call_waiting_on_the_engine_lets_its_turn_go(settings: Any) -> None:
     """Every call to the engine's API (through `translate`) lets the caller's turn go while
     the engine answers."""
@@ -208,3 +209,34 @@ def test_a_call_waiting_on_the_engine_lets_its_turn_go(settings: Any) -> None:
         return [quick, await slow]
 
     assert asyncio.run(scenario()) == ["quick", "engine"]
+
+
+@pytest.mark.django_db(transaction=True)  # the pool's threads check their connections
+def test_a_lock_held_across_a_wait_is_waited_for_without_the_turn(settings: Any) -> None:
+    """One call holds a lock through a wait (an agent's channel opening, through the
+    engine's answers); another call of the same caller, holding the turn, asks for the lock.
+    `locked` lets the turn go while it waits for the lock: both end (with a bare `with lock`
+    each would wait for the other for ever)."""
+    settings.BOXYARD_RUNNING_PER_CALLER = 1
+    lock = threading.Lock()
+    engine_answers = threading.Event()
+
+    def opening() -> str:
+        with locked(lock), waiting():
+            engine_answers.wait(5)
+        return "opened"
+
+    def also_opening() -> str:
+        with locked(lock):
+            return "reused"
+
+    async def scenario() -> list[str]:
+        CALLER.set("pipeline:1")
+        first = asyncio.ensure_future(in_pool(opening))
+        await asyncio.sleep(0.1)
+        second = asyncio.ensure_future(in_pool(also_opening))
+        await asyncio.sleep(0.1)
+        engine_answers.set()
+        return list(await asyncio.wait_for(asyncio.gather(first, second), 3))
+
+    assert asyncio.run(scenario()) == ["opened", "reused"]

@@ -17,6 +17,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from boxyard.errors import RuntimeFailure
+from boxyard.threads import waiting
 
 Progress = Callable[[str], None]
 Outcome = Literal["present", "built", "pulled"]
@@ -49,7 +50,8 @@ def build_lock() -> Iterator[None]:
     """One build at a time per data directory; what a killed build left behind goes first."""
     root = _build_root()
     with open(root / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        with waiting():  # held through the engine's answers: see boxyard.threads.locked
+            fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             for stale in root.iterdir():
                 if stale.is_dir() and not stale.is_symlink():

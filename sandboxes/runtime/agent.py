@@ -33,7 +33,7 @@ from boxyard.errors import (
     NotFound,
     RuntimeFailure,
 )
-from boxyard.threads import waiting
+from boxyard.threads import locked, waiting
 from sandboxes.runtime import AGENT_PATH, ROOT, Runtime, get_runtime
 from sandboxes.runtime.streams import LineBuffer, LineTooLong
 
@@ -307,7 +307,7 @@ def channel(placed: Placed) -> AgentChannel:
         if current is not None and not current.closed and current.pid == os.getpid():
             return current
         opening = _opening.setdefault(container, threading.Lock())
-    with opening:
+    with locked(opening):  # held while the channel opens, through the engine's answers
         with _registry:
             current = _channels.get(container)
             if current is not None and not current.closed and current.pid == os.getpid():
