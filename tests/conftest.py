@@ -8,6 +8,7 @@ removed after each test.
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from importlib import import_module
 from typing import Any
 
 import pytest
@@ -90,6 +91,28 @@ def _static_files_without_collectstatic() -> None:
         **settings.STORAGES,
         "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
     }
+
+
+@pytest.fixture(autouse=True)
+def _seeded_rows(request: pytest.FixtureRequest) -> None:
+    """The rows the migrations seed (the scope presets, the host `local`), for every test that
+    uses the database: a transactional test empties the tables after it, and CI's workers run
+    files in no set order, so a test may come after one that did."""
+    marker = request.node.get_closest_marker("django_db")
+    transactional = "transactional_db" in request.fixturenames or bool(
+        marker is not None and marker.kwargs.get("transaction")
+    )
+    if marker is None and not {"db", "transactional_db"} & set(request.fixturenames):
+        return
+    request.getfixturevalue("transactional_db" if transactional else "db")
+    from django.apps import apps
+
+    from hosts.models import default_host_pk
+    from pipelines.models import SessionTemplate
+
+    if not SessionTemplate.objects.exists():
+        import_module("pipelines.migrations.0002_scope_presets").seed(apps, None)
+    default_host_pk()
 
 
 @pytest.fixture(autouse=True)
