@@ -72,6 +72,14 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    """xdist schedules tests by id: tests that share one would run once between them."""
+    seen: set[str] = set()
+    shared = sorted({nodeid for nodeid in ids if nodeid in seen or seen.add(nodeid)})
+    if shared:
+        pytest.exit(f"tests sharing an id cannot run on several workers: {shared}", returncode=4)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if item.nodeid.split("::")[0] not in MODE_DEPENDENT:
