@@ -240,3 +240,22 @@ def test_a_lock_held_across_a_wait_is_waited_for_without_the_turn(settings: Any)
         return list(await asyncio.wait_for(asyncio.gather(first, second), 3))
 
     assert asyncio.run(scenario()) == ["opened", "reused"]
+
+
+def test_the_server_hands_the_interpreter_on_every_millisecond(monkeypatch: Any) -> None:
+    """A thread back from I/O waits at most 1 ms, not Python's 5 ms, for the next step of its
+    request (`manage.py serve` and `python -m config.serving` both serve through this)."""
+    import sys
+
+    import uvicorn
+
+    from config import serving
+
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self: None)
+    before = sys.getswitchinterval()
+    try:
+        sys.setswitchinterval(0.005)
+        serving.serve("127.0.0.1", 0)
+        assert sys.getswitchinterval() == pytest.approx(0.001)
+    finally:
+        sys.setswitchinterval(before)
