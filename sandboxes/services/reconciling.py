@@ -53,6 +53,11 @@ from sandboxes.services.closing import finish_stop
 
 log = logging.getLogger(__name__)
 
+# A workspace's disk is made a moment before its volume: a disk younger than this is never taken
+# for one whose volume is gone, whatever the grace (another deployment on the same engine, or
+# a reconcile asked for with none, may be making one right now).
+DISK_GRACE_SECONDS = 10.0
+
 
 @dataclass
 class Reconciled:
@@ -164,7 +169,9 @@ def _reconcile_host(host: int, grace: timedelta, done: Reconciled) -> None:
                 done.failed.append(info.name)
     _reconcile_volumes(runtime, host, done)
     try:
-        done.disks_removed += runtime.remove_orphan_disks(grace.total_seconds())
+        done.disks_removed += runtime.remove_orphan_disks(
+            max(grace.total_seconds(), DISK_GRACE_SECONDS)
+        )
     except BoxyardError as error:
         log.warning("removing workspace disks left behind failed: %s", error)
 

@@ -10,7 +10,7 @@ from sandboxes import services
 from sandboxes.models import ExecState
 from sandboxes.runtime import ROOT
 from sandboxes.runtime.docker.disks import KEEPER
-from tests.conftest import CHAT
+from tests.conftest import CHAT, wait_for
 from tests.security.conftest import leftovers, run
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db]
@@ -226,17 +226,20 @@ def test_the_workspace_is_the_sandbox_users_whatever_the_image(
 
 
 def test_the_reconciler_deletes_a_disk_whose_volume_was_removed_outside(
-    attacked, bot, docker_engine
+    attacked, bot, docker_engine, monkeypatch
 ) -> None:
+    from sandboxes.services import reconciling
     from sandboxes.services.reconciling import reconcile
+
+    # A disk a second old counts (not one being made, a moment before its volume).
+    monkeypatch.setattr(reconciling, "DISK_GRACE_SECONDS", 1.0)
 
     sandbox = attacked(workspace_mb=16)
     services.close_sandbox(sandbox, bot)  # its container goes, its workspace stays
     image = in_keeper(docker_engine, f"readlink -f /disks/names/{sandbox.volume_name}").strip()
     assert image in in_keeper(docker_engine, "ls /disks/images/*.img")
     docker_engine.api.remove_volume(sandbox.volume_name, force=True)  # not through Boxyard
-    done = reconcile(grace_seconds=0)
-    assert sandbox.volume_name in done.disks_removed
+    wait_for(lambda: sandbox.volume_name in reconcile(grace_seconds=0).disks_removed, 10)
     assert image not in in_keeper(docker_engine, "ls /disks/images/*.img 2>/dev/null; true")
     assert sandbox.volume_name not in in_keeper(docker_engine, "ls /disks/names")
     assert sandbox.volume_name not in in_keeper(docker_engine, "losetup -a")
