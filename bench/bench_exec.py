@@ -542,6 +542,9 @@ def run(args: argparse.Namespace, deployment: str, data_dir: Path) -> dict[str, 
         data_dir,
         "Boxyard exec engine benchmark: sessions, one-shot, concurrency",
     )
+    # 100 foreground commands from one token at once: past a pipeline's default cap of long
+    # calls (64); this measures the engine's concurrency, not the cap.
+    env["BOXYARD_LONG_CALLS_PER_PIPELINE"] = "128"
     rng = random.Random(args.seed)
     concurrency = None
     with served(env, data_dir) as server:
