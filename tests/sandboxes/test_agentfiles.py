@@ -16,7 +16,7 @@ from sandboxes import services
 from sandboxes.runtime import agentfiles, get_runtime, labels_for
 from sandboxes.runtime.docker import direct
 from sandboxes.runtime.docker.engine import DockerRuntime
-from tests.conftest import CHAT
+from tests.conftest import CHAT, wait_for
 
 
 def peer(script: Callable[[socket.socket], None]) -> Iterator[socket.socket]:
@@ -105,7 +105,14 @@ def test_the_socket_is_reached_only_through_the_container_s_own_process(
 ) -> None:
     sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
     runtime = get_runtime()
-    with runtime.agent_socket(sandbox.container_id) as sock:
+    # The agent listens a moment after its container starts (until then the engine's execs serve).
+    reached: list[socket.socket] = []
+    wait_for(
+        lambda: bool(reached.append(runtime.agent_socket(sandbox.container_id)) or reached[-1]),
+        10,
+        lambda: "the agent never listened on its socket",
+    )
+    with reached[-1] as sock:
         sock.sendall(b'{"id": 1, "op": "ping"}\n')
         assert json.loads(sock.recv(4096))["version"] == "5"
     # A process that is not the container's (as after its id was reused) is never entered.
