@@ -5,7 +5,7 @@ family's set: the OpenAPI document lists exactly what the server answers (423 wh
 lease refuses, 507 where the workspace can fill, 411 where an upload must say its length).
 
 The views block (the database, the engine): under ASGI each request runs in a thread of the
-server's pool (config.handlers), except while a long call waits for a sandbox (`later`).
+server's pool (config.handlers), except while a long call waits for a sandbox (`Later`).
 """
 
 from collections.abc import Callable

@@ -42,7 +42,7 @@ def chat_sandbox(
     is false.
     """
     if scope.generates(pipeline.scope_template, variables):
-        remembered = _remembered(session)
+        remembered = _remembered(session, pipeline)
         if remembered is not None:
             return remembered
         if session is None:
@@ -91,10 +91,10 @@ def forget_session(session: str) -> None:
     SessionSandbox.objects.filter(pk=session).delete()
 
 
-def _remembered(session: str | None) -> str | None:
+def _remembered(session: str | None, pipeline: Pipeline) -> str | None:
     if session is None:
         return None
-    row = SessionSandbox.objects.filter(pk=session).first()
+    row = SessionSandbox.objects.filter(pk=session, pipeline=pipeline).first()
     if row is None:
         return None
     now = timezone.now()

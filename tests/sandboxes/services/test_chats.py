@@ -67,6 +67,15 @@ def test_a_sessions_sandbox_is_found_again_from_its_row_after_a_restart(
     assert other != opened and Sandbox.objects.count() == 2
 
 
+def test_a_session_finds_no_sandbox_of_another_pipeline(
+    per_message: Any, make_pipeline: Any, bot: Any, fake_runtime: Any
+) -> None:
+    other = make_pipeline(slug="other", scope_template=PER_MESSAGE)
+    services.chat_sandbox(other, {}, bot, session="mcp:one")
+    with pytest.raises(NotFound):
+        services.chat_sandbox(per_message, {}, bot, session="mcp:one", open_it=False)
+
+
 def test_a_session_that_ended_finds_nothing(per_message: Any, bot: Any, fake_runtime: Any) -> None:
     services.chat_sandbox(per_message, {}, bot, session="mcp:one")
     services.forget_session("mcp:one")
