@@ -35,7 +35,7 @@ def sandbox_page(
     if live.STATUS in parts:
         context["actions"] = sandbox_actions(sandbox, admin_name)
         holder = sandbox.lease.holder if hasattr(sandbox, "lease") else ""
-        context["lease_mine"] = bool(holder) and holder == str(Actor("admin", admin_name))
+        context["lease_mine"] = bool(holder) and holder == str(Actor.admin(admin_name))
     if live.EVENTS in parts:
         context["events"] = Event.objects.filter(sandbox=sandbox).order_by("-created_at", "-id")[
             :100
@@ -67,10 +67,13 @@ def sandbox_actions(sandbox: Sandbox, admin_name: str) -> list[Action]:
     """The sandbox page's actions as they apply to this sandbox, for this admin, now."""
     key = sandbox.scope_key
     holder = sandbox.lease.holder if hasattr(sandbox, "lease") else ""
-    mine = holder == str(Actor("admin", admin_name))  # how an admin holds a lease
+    mine = holder == str(Actor.admin(admin_name))  # how an admin holds a lease
     running = sandbox.state == State.RUNNING
     gone = sandbox.state == State.DESTROYED
-    startable = sandbox.state in (State.RUNNING, State.STOPPED, State.ERROR, State.UNKNOWN)
+    # What the state table allows from this state (the services refuse the rest).
+    startable = lifecycle.allows(sandbox, lifecycle.RESTART)
+    stoppable = lifecycle.allows(sandbox, lifecycle.BEGIN_STOP)
+    stopped = sandbox.state == State.STOPPED  # stopping it again would change nothing
     not_running = _("The sandbox is %(state)s.") % {"state": sandbox.get_state_display()}
     return [
         Action(
@@ -129,16 +132,16 @@ def sandbox_actions(sandbox: Sandbox, admin_name: str) -> list[Action]:
         Action(
             "stop",
             _("Stop (keep the workspace)"),
-            enabled=running,
-            reason="" if running else not_running,
+            enabled=stoppable and not stopped,
+            reason="" if stoppable and not stopped else not_running,
             confirm=_("Stop %(key)s? Its processes end; the workspace is kept.") % {"key": key},
         ),
         _move_action(sandbox),
         Action(
             "destroy",
             _("Destroy"),
-            enabled=not gone,
-            reason=not_running if gone else "",
+            enabled=stoppable,
+            reason="" if stoppable else not_running,
             confirm=_(
                 "Destroy %(key)s and its workspace? Its files are deleted and cannot be "
                 "brought back."
@@ -158,7 +161,7 @@ def _move_action(sandbox: Sandbox) -> Action:
         ).values_list("pk", "name")
         if pk != sandbox.host_id
     ]
-    movable = sandbox.state in lifecycle.BEGIN_MOVE.sources
+    movable = lifecycle.allows(sandbox, lifecycle.BEGIN_MOVE)
     reason = (
         _("The sandbox is %(state)s.") % {"state": sandbox.get_state_display()}
         if not movable

@@ -101,7 +101,7 @@ class SandboxConsumer(DashboardConsumer):
         return "".join(html)
 
     async def keep_lease(self) -> None:
-        actor = Actor("admin", self.admin_name)
+        actor = Actor.admin(self.admin_name)
         while True:
             try:
                 await database_sync_to_async(leases.hold_by_id)(self.sandbox_id, actor)

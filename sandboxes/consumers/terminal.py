@@ -46,7 +46,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         if user is None or not is_admin(user):
             await self.close(code=REFUSED)
             return
-        self.actor = Actor("admin", user.get_username())
+        self.actor = Actor.admin(user)
         self.language = language_of(self.scope)
         self.sandbox_id = str(self.scope["url_route"]["kwargs"]["sandbox_id"])
         self.terminal: Any = None

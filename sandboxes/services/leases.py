@@ -30,7 +30,7 @@ from sandboxes.guard import (
     end_takeover,
     lease_is_live,
     locked_lease,
-    refusal,
+    require_holder,
 )
 from sandboxes.models import Lease, Sandbox
 
@@ -73,17 +73,7 @@ def release_lease(
     ) as acting:  # fmt: skip
         lease, now = locked_lease(acting.sandbox)
         if not force and lease_is_live(lease, now):
-            if lease.holder != acting.holder:
-                raise refusal(lease, acting.holder)
-            if epoch is not None and epoch != lease.epoch:
-                raise StaleEpoch(
-                    N_(
-                        "epoch %(epoch)s is stale; the lease is at epoch %(current)s",
-                        epoch=epoch,
-                        current=lease.epoch,
-                    ),
-                    epoch=lease.epoch,
-                )
+            require_holder(lease, acting.holder, acting.epoch)
         previous = lease.holder
         lease.holder = ""
         lease.acquired_by = ""
