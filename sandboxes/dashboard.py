@@ -17,13 +17,14 @@ from sandboxes import lifecycle, live
 from sandboxes.models import Event, Exec, Sandbox, State
 from sandboxes.runtime import Usage
 from sandboxes.runtime.agent import At
+from sandboxes.selectors import Principal, find_sandbox, visible_sandboxes
 from sandboxes.services.processes import read_processes
 from sandboxes.services.sessions import list_sessions
 from sandboxes.services.workspaces import WorkspaceUsage, workspace_usage
 
 
-def fleet_row(sandbox_id: UUID | str) -> Sandbox | None:
-    return Sandbox.objects.select_related("pipeline", "lease", "host").filter(pk=sandbox_id).first()
+def fleet_row(admin: Principal, sandbox_id: UUID | str) -> Sandbox | None:
+    return find_sandbox(admin, sandbox_id)
 
 
 def sandbox_page(
@@ -202,16 +203,17 @@ def sessions_of(sandbox: Sandbox) -> list[dict[str, Any]]:
         return []
 
 
-def declares_processes(sandbox_id: UUID | str) -> bool:
-    sandbox = Sandbox.objects.select_related("pipeline").filter(pk=sandbox_id).first()
+def declares_processes(admin: Principal, sandbox_id: UUID | str) -> bool:
+    sandbox = visible_sandboxes(admin).select_related("pipeline").filter(pk=sandbox_id).first()
     return sandbox is not None and bool(sandbox.pipeline.processes)
 
 
-def processes_state(sandbox_id: UUID | str) -> list[tuple[Any, ...]] | None:
+def processes_state(admin: Principal, sandbox_id: UUID | str) -> list[tuple[Any, ...]] | None:
     """What the Processes panel shows of the managed processes, to compare with an earlier
     look (None: it cannot be read now)."""
     sandbox = (
-        Sandbox.objects.select_related("pipeline")
+        visible_sandboxes(admin)
+        .select_related("pipeline")
         .filter(pk=sandbox_id, state=State.RUNNING)
         .first()
     )
@@ -244,19 +246,20 @@ def running_background(sandbox: Sandbox) -> list[Exec]:
     )
 
 
-def running_container(sandbox_id: UUID | str) -> At | None:
+def running_container(admin: Principal, sandbox_id: UUID | str) -> At | None:
     """The container of the sandbox, and its host, if it runs."""
     found = (
-        Sandbox.objects.filter(pk=sandbox_id, state=State.RUNNING)
+        visible_sandboxes(admin)
+        .filter(pk=sandbox_id, state=State.RUNNING)
         .values_list("container_id", "host_id")
         .first()
     )
     return At(*found) if found is not None and found[0] else None
 
 
-def workspace_of(sandbox_id: UUID | str) -> WorkspaceUsage | None:
+def workspace_of(admin: Principal, sandbox_id: UUID | str) -> WorkspaceUsage | None:
     """The workspace's size and use now, or None (not running)."""
-    sandbox = Sandbox.objects.filter(pk=sandbox_id, state=State.RUNNING).first()
+    sandbox = visible_sandboxes(admin).filter(pk=sandbox_id, state=State.RUNNING).first()
     return workspace_usage(sandbox) if sandbox is not None else None
 
 

@@ -72,7 +72,7 @@ def delete_session(
 )
 def list_processes(request: HttpRequest, sandbox_id: str) -> dict[str, Any]:
     sandbox = selectors.sandbox_for(principal(request), sandbox_id)
-    return {"processes": services.list_processes(sandbox)}
+    return {"processes": services.start_and_list_processes(sandbox)}
 
 
 @router.post(

@@ -6,7 +6,6 @@ itself.
 """
 
 from datetime import timedelta
-from uuid import UUID
 
 from django.conf import settings
 from django.db import transaction
@@ -19,7 +18,6 @@ from boxyard.errors import (
     InvalidInput,
     InvalidState,
     LeaseBusy,
-    NotFound,
     StaleEpoch,
     TakenOver,
 )
@@ -165,11 +163,3 @@ def end_expired_takeover(sandbox: Sandbox) -> bool:
 def expired_takeovers() -> QuerySet[Lease]:
     """Takeovers past their ceiling that nobody has ended yet."""
     return Lease.objects.filter(taken_over=True, holder__gt="", expires_at__lte=Now())
-
-
-def hold_by_id(sandbox_id: UUID | str, actor: Actor, *, epoch: int | None = None) -> Lease | None:
-    """`hold` for the sandbox of this id (a page's or terminal's websocket knows only that)."""
-    sandbox = Sandbox.objects.select_related("pipeline").filter(pk=sandbox_id).first()
-    if sandbox is None:
-        raise NotFound(N_("no sandbox %(id)s", id=sandbox_id))
-    return hold(sandbox, actor, epoch=epoch)

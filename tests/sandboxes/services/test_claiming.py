@@ -15,7 +15,7 @@ from pipelines.models import PoolPolicy
 from pipelines.scope import scope_of
 from sandboxes import metrics
 from sandboxes.models import Event, Lease, Sandbox, State
-from sandboxes.services import claiming, specs
+from sandboxes.services import claiming, creating, specs
 from sandboxes.services.claiming import claim
 from sandboxes.services.creating import create_row
 from tests.conftest import CHAT
@@ -45,7 +45,7 @@ def claim_chat(pipeline: Any, bot: Any, holder: str | None = "agent-a", **chat: 
 
 
 def counts(pipeline: Any) -> dict[str, int]:
-    entry = metrics.snapshot(pipeline)["pipelines"].get(pipeline.slug, {})
+    entry = metrics.flush_and_snapshot(pipeline)["pipelines"].get(pipeline.slug, {})
     names = ("created", "reused", "pool_hits", "pool_misses")
     return {name: entry.get(name, 0) for name in names if entry.get(name, 0)}
 
@@ -163,6 +163,24 @@ def test_an_errored_sandbox_needs_a_free_slot_to_start_again(make_pipeline, bot)
     with pytest.raises(QuotaExceeded):
         claim_chat(pipeline, bot)
     assert Sandbox.objects.filter(state=State.CREATING).count() == 1
+
+
+def test_a_stopped_sandbox_counts_the_quota_under_the_pipelines_lock(
+    pipeline, bot, monkeypatch
+) -> None:
+    """Two stopped sandboxes of a pipeline starting again at once count the quota in turn
+    (on PostgreSQL, without the lock both would see the last free slot), as new keys do."""
+    put(claim_chat(pipeline, bot).sandbox, State.STOPPED)
+    steps: list[str] = []
+    real_lock, real_count = creating.lock_pipeline, Sandbox.objects.filter
+    monkeypatch.setattr(
+        creating, "lock_pipeline", lambda p: (steps.append(f"lock {p.slug}"), real_lock(p))[1]
+    )
+    monkeypatch.setattr(
+        Sandbox.objects, "filter", lambda *a, **k: (steps.append("count"), real_count(*a, **k))[1]
+    )
+    claim_chat(pipeline, bot)
+    assert steps[:2] == [f"lock {pipeline.slug}", "count"]
 
 
 def test_a_refused_lease_leaves_a_stopped_sandbox_stopped(pipeline, bot) -> None:

@@ -50,7 +50,9 @@ def sandbox_history(sandbox: Sandbox) -> list[str]:
 
 def cleaned(pipeline: Any) -> dict[str, int]:
     """The stops counted for the pipeline, by reason."""
-    return metrics.snapshot(pipeline)["pipelines"].get(pipeline.slug, {}).get("cleaned", {})
+    return (
+        metrics.flush_and_snapshot(pipeline)["pipelines"].get(pipeline.slug, {}).get("cleaned", {})
+    )
 
 
 def test_a_kept_workspace_leaves_the_sandbox_stopped(sandbox, bot, fake_runtime) -> None:
