@@ -82,8 +82,8 @@ def acting_on(
     actor: Actor,
     operation: str | Message,
     *,
-    holder: object = None,
-    epoch: object = None,
+    holder: str | None = None,
+    epoch: int | None = None,
     states: Collection[State] = RUNNING,
     hold_lease: bool = True,
     activity: bool = False,
@@ -163,10 +163,12 @@ def _reason(value: str) -> StopReason | str:
     return StopReason(value) if value in StopReason.values else value
 
 
-def clean_holder(holder: object, sandbox: Sandbox) -> str:
+def clean_holder(holder: str | None, sandbox: Sandbox) -> str:
+    """The holder a call acts as: the one it names, or the sandbox's default (its scope key).
+    The holder's rules are checked here, once, for every entry point (InvalidInput)."""
     if holder is None or holder == "":
         return sandbox.scope_key[:MAX_HOLDER_LENGTH]
-    if not isinstance(holder, str) or not holder.strip():
+    if not holder.strip():
         raise InvalidInput("holder", N_("must be a non-empty string"))
     if len(holder) > MAX_HOLDER_LENGTH or any(ord(ch) < 32 for ch in holder):
         raise InvalidInput(
@@ -175,10 +177,10 @@ def clean_holder(holder: object, sandbox: Sandbox) -> str:
     return holder
 
 
-def clean_epoch(epoch: object) -> int | None:
+def clean_epoch(epoch: int | None) -> int | None:
     if epoch is None:
         return None
-    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+    if isinstance(epoch, bool) or epoch < 0:  # JSON's true is no epoch
         raise InvalidInput("epoch", N_("must be a non-negative integer"))
     return epoch
 
@@ -186,7 +188,7 @@ def clean_epoch(epoch: object) -> int | None:
 # --- the lease ------------------------------------------------------------------------------------
 
 
-def take_lease(sandbox: Sandbox, holder: object, actor: Actor) -> Lease:
+def take_lease(sandbox: Sandbox, holder: str | None, actor: Actor) -> Lease:
     """Take or share the lease for `holder` (an open): the same holder shares it, a free or
     expired one is taken. Call inside a transaction."""
     cleaned = clean_holder(holder, sandbox)
