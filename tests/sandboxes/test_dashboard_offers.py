@@ -6,10 +6,12 @@ from typing import Any
 
 import pytest
 
+from boxyard.actors import Actor
 from hosts.models import DockerHost, HostState
 from sandboxes import lifecycle
 from sandboxes.dashboard import sandbox_actions
-from sandboxes.models import Sandbox, State
+from sandboxes.models import Lease, Sandbox, State
+from sandboxes.selectors import principal_for_user
 from sandboxes.services.creating import create_row
 
 pytestmark = pytest.mark.django_db
@@ -53,3 +55,22 @@ def test_allows_reads_the_table(make_pipeline: Any, bot: Any) -> None:
     sandbox = _in(State.STOPPED, make_pipeline, bot)
     assert lifecycle.allows(sandbox, lifecycle.RESTART)
     assert not lifecycle.allows(sandbox, lifecycle.STOP)
+
+
+def test_an_admin_is_one_actor_wherever_they_act(
+    make_pipeline: Any, bot: Any, django_user_model: Any
+) -> None:
+    """The lease an admin takes in one entry point (the API as a staff user, the terminal) is
+    recognised as theirs by the page: every entry point names the admin one way."""
+    user = django_user_model.objects.create_user("alice", is_staff=True)
+    principal = principal_for_user(user)
+    assert principal is not None
+    assert (
+        principal.actor == Actor.admin(user) == Actor.admin("alice") == Actor.parse("admin:alice")
+    )
+    sandbox = _in(State.RUNNING, make_pipeline, bot)
+    Lease.objects.filter(sandbox=sandbox).update(holder=str(principal.actor), epoch=1)
+    sandbox.refresh_from_db()
+    sandbox.lease.refresh_from_db()
+    offered = {action.name: action for action in sandbox_actions(sandbox, "alice")}
+    assert offered["renew"].enabled and not offered["takeover"].enabled
