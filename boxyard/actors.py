@@ -1,5 +1,10 @@
 from dataclasses import dataclass
-from typing import Literal, cast
+from typing import Literal, Protocol, cast
+
+
+class _User(Protocol):
+    def get_username(self) -> str: ...
+
 
 Kind = Literal["bot", "admin", "system", "command"]
 _KINDS = ("bot", "admin", "system", "command")
@@ -15,6 +20,12 @@ class Actor:
 
     def __str__(self) -> str:
         return f"{self.kind}:{self.name}"
+
+    @classmethod
+    def admin(cls, user: "_User | str") -> "Actor":
+        """An administrator (a staff user, or their username): the one way an admin is named,
+        so that a lease an admin holds is recognised as theirs wherever they act."""
+        return cls("admin", user if isinstance(user, str) else user.get_username())
 
     @classmethod
     def parse(cls, text: str) -> "Actor":

@@ -44,7 +44,7 @@ def parse_int(value: object) -> int | None:
 
 
 def admin_actor(request: HttpRequest) -> Actor:
-    return Actor("admin", request.user.get_username())
+    return Actor.admin(request.user)
 
 
 class StaffLoginForm(AuthenticationForm):

@@ -21,7 +21,7 @@ from hosts.models import DockerHost
 
 
 def _actor(request: HttpRequest) -> Actor:
-    return Actor("admin", request.user.get_username())
+    return Actor.admin(request.user)
 
 
 def _pem(label: str) -> forms.CharField:

@@ -18,7 +18,7 @@ VIA = "admin site"
 
 
 def _actor(request: HttpRequest) -> Actor:
-    return Actor("admin", request.user.get_username())
+    return Actor.admin(request.user)
 
 
 def _values(form: ModelForm[Any]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ silent placeholder such as "unknown" would put strangers in one sandbox.
 
 import re
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from boxyard.errors import N_, InvalidInput, Message
@@ -122,6 +123,11 @@ def variables_used(template: str) -> set[str]:
     return set(variables_in_order(template))
 
 
+# The chat variables a caller sends, name to value as JSON has it (a string or an integer;
+# `clean_variables` refuses anything else).
+Variables = Mapping[str, object]
+
+
 def variables_in_order(template: str) -> list[str]:
     """The variables a chat may give the template, in its order (not the generated id)."""
     names: list[str] = []
@@ -131,16 +137,15 @@ def variables_in_order(template: str) -> list[str]:
     return names
 
 
-def clean_variables(variables: object) -> dict[str, str]:
+def clean_variables(variables: Variables | None) -> dict[str, str]:
     """Check the variables a caller sent; keep the known ones as strings.
 
     Unknown names are ignored (bots send what they have), but a known name with a value
-    that is not a string or an integer is refused rather than guessed at.
+    that is not a string or an integer is refused rather than guessed at: the one check of
+    the values, whichever entry point they came through.
     """
     if variables is None:
         return {}
-    if not isinstance(variables, dict):
-        raise InvalidInput("variables", N_("must be an object of variable name to value"))
     cleaned: dict[str, str] = {}
     for name in VARIABLES:
         value = variables.get(name)
@@ -169,12 +174,12 @@ class Scope:
     variables: dict[str, str]
 
 
-def scope_of(template: str, variables: object) -> Scope:
+def scope_of(template: str, variables: Variables | None) -> Scope:
     """The key and the cleaned variables of a request, or InvalidInput naming the field."""
     return Scope(key=resolve(template, variables), variables=clean_variables(variables))
 
 
-def generates(template: str, variables: object) -> bool:
+def generates(template: str, variables: Variables | None) -> bool:
     """Whether these variables give a new key each time (a part of the template falls back
     to a generated id): each open then makes a sandbox of its own."""
     values = clean_variables(variables)
@@ -188,7 +193,7 @@ def generates(template: str, variables: object) -> bool:
     return False
 
 
-def resolve(template: str, variables: object) -> str:
+def resolve(template: str, variables: Variables | None) -> str:
     """The scope key for these variables, or InvalidInput naming the missing variable."""
     try:
         parts = parse(template)

@@ -79,7 +79,7 @@ def forget_principals(**_: object) -> None:
 
 def principal_for_user(user: AbstractBaseUser | AnonymousUser) -> Principal | None:
     if getattr(user, "is_active", False) and getattr(user, "is_staff", False):
-        return Principal(actor=Actor("admin", user.get_username()), pipeline=None)
+        return Principal(actor=Actor.admin(user), pipeline=None)
     return None
 
 

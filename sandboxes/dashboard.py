@@ -17,13 +17,14 @@ from sandboxes import lifecycle, live
 from sandboxes.models import Event, Exec, Sandbox, State
 from sandboxes.runtime import Usage
 from sandboxes.runtime.agent import At
+from sandboxes.selectors import Principal, find_sandbox, visible_sandboxes
 from sandboxes.services.processes import read_processes
 from sandboxes.services.sessions import list_sessions
 from sandboxes.services.workspaces import WorkspaceUsage, workspace_usage
 
 
-def fleet_row(sandbox_id: UUID | str) -> Sandbox | None:
-    return Sandbox.objects.select_related("pipeline", "lease", "host").filter(pk=sandbox_id).first()
+def fleet_row(admin: Principal, sandbox_id: UUID | str) -> Sandbox | None:
+    return find_sandbox(admin, sandbox_id)
 
 
 def sandbox_page(
@@ -35,7 +36,7 @@ def sandbox_page(
     if live.STATUS in parts:
         context["actions"] = sandbox_actions(sandbox, admin_name)
         holder = sandbox.lease.holder if hasattr(sandbox, "lease") else ""
-        context["lease_mine"] = bool(holder) and holder == str(Actor("admin", admin_name))
+        context["lease_mine"] = bool(holder) and holder == str(Actor.admin(admin_name))
     if live.EVENTS in parts:
         context["events"] = Event.objects.filter(sandbox=sandbox).order_by("-created_at", "-id")[
             :100
@@ -67,10 +68,13 @@ def sandbox_actions(sandbox: Sandbox, admin_name: str) -> list[Action]:
     """The sandbox page's actions as they apply to this sandbox, for this admin, now."""
     key = sandbox.scope_key
     holder = sandbox.lease.holder if hasattr(sandbox, "lease") else ""
-    mine = holder == str(Actor("admin", admin_name))  # how an admin holds a lease
+    mine = holder == str(Actor.admin(admin_name))  # how an admin holds a lease
     running = sandbox.state == State.RUNNING
     gone = sandbox.state == State.DESTROYED
-    startable = sandbox.state in (State.RUNNING, State.STOPPED, State.ERROR, State.UNKNOWN)
+    # What the state table allows from this state (the services refuse the rest).
+    startable = lifecycle.allows(sandbox, lifecycle.RESTART)
+    stoppable = lifecycle.allows(sandbox, lifecycle.BEGIN_STOP)
+    stopped = sandbox.state == State.STOPPED  # stopping it again would change nothing
     not_running = _("The sandbox is %(state)s.") % {"state": sandbox.get_state_display()}
     return [
         Action(
@@ -129,16 +133,16 @@ def sandbox_actions(sandbox: Sandbox, admin_name: str) -> list[Action]:
         Action(
             "stop",
             _("Stop (keep the workspace)"),
-            enabled=running,
-            reason="" if running else not_running,
+            enabled=stoppable and not stopped,
+            reason="" if stoppable and not stopped else not_running,
             confirm=_("Stop %(key)s? Its processes end; the workspace is kept.") % {"key": key},
         ),
         _move_action(sandbox),
         Action(
             "destroy",
             _("Destroy"),
-            enabled=not gone,
-            reason=not_running if gone else "",
+            enabled=stoppable,
+            reason="" if stoppable else not_running,
             confirm=_(
                 "Destroy %(key)s and its workspace? Its files are deleted and cannot be "
                 "brought back."
@@ -158,7 +162,7 @@ def _move_action(sandbox: Sandbox) -> Action:
         ).values_list("pk", "name")
         if pk != sandbox.host_id
     ]
-    movable = sandbox.state in lifecycle.BEGIN_MOVE.sources
+    movable = lifecycle.allows(sandbox, lifecycle.BEGIN_MOVE)
     reason = (
         _("The sandbox is %(state)s.") % {"state": sandbox.get_state_display()}
         if not movable
@@ -199,16 +203,17 @@ def sessions_of(sandbox: Sandbox) -> list[dict[str, Any]]:
         return []
 
 
-def declares_processes(sandbox_id: UUID | str) -> bool:
-    sandbox = Sandbox.objects.select_related("pipeline").filter(pk=sandbox_id).first()
+def declares_processes(admin: Principal, sandbox_id: UUID | str) -> bool:
+    sandbox = visible_sandboxes(admin).select_related("pipeline").filter(pk=sandbox_id).first()
     return sandbox is not None and bool(sandbox.pipeline.processes)
 
 
-def processes_state(sandbox_id: UUID | str) -> list[tuple[Any, ...]] | None:
+def processes_state(admin: Principal, sandbox_id: UUID | str) -> list[tuple[Any, ...]] | None:
     """What the Processes panel shows of the managed processes, to compare with an earlier
     look (None: it cannot be read now)."""
     sandbox = (
-        Sandbox.objects.select_related("pipeline")
+        visible_sandboxes(admin)
+        .select_related("pipeline")
         .filter(pk=sandbox_id, state=State.RUNNING)
         .first()
     )
@@ -241,19 +246,20 @@ def running_background(sandbox: Sandbox) -> list[Exec]:
     )
 
 
-def running_container(sandbox_id: UUID | str) -> At | None:
+def running_container(admin: Principal, sandbox_id: UUID | str) -> At | None:
     """The container of the sandbox, and its host, if it runs."""
     found = (
-        Sandbox.objects.filter(pk=sandbox_id, state=State.RUNNING)
+        visible_sandboxes(admin)
+        .filter(pk=sandbox_id, state=State.RUNNING)
         .values_list("container_id", "host_id")
         .first()
     )
     return At(*found) if found is not None and found[0] else None
 
 
-def workspace_of(sandbox_id: UUID | str) -> WorkspaceUsage | None:
+def workspace_of(admin: Principal, sandbox_id: UUID | str) -> WorkspaceUsage | None:
     """The workspace's size and use now, or None (not running)."""
-    sandbox = Sandbox.objects.filter(pk=sandbox_id, state=State.RUNNING).first()
+    sandbox = visible_sandboxes(admin).filter(pk=sandbox_id, state=State.RUNNING).first()
     return workspace_usage(sandbox) if sandbox is not None else None
 
 

@@ -10,6 +10,21 @@ epoch grows), the caller's own is renewed, anyone else's refuses the call. So a 
 lost the lease never reaches the container, and the operation's own rows (an exec, an event)
 are written under the same lock.
 
+The contract, in order (`acting_on`):
+1. before any lock: the holder and the epoch are cleaned (InvalidInput; nothing is locked);
+2. one transaction (`transaction.atomic`) opens, and in it the sandbox's row is locked first
+   (`SELECT … FOR NO KEY UPDATE`, read again), then, when the operation holds a lease, the
+   lease's row (`locked_lease`, the same lock, with the database's clock). Always in this
+   order, row before lease, so two guards never wait on each other crosswise;
+3. under the locks: the state is checked (`require_state`), the lease is taken, renewed or
+   refused (`authorize`), the activity stamped; then the caller's body runs, still inside the
+   transaction and under both locks. A refusal raises before the body and changes nothing;
+4. the transaction commits when the body ends (an exception rolls it all back). What the body
+   recorded (`events.record`) tells the dashboards only after that commit (`live.changed`
+   publishes on commit), and work queued with `background.later` is enqueued on commit too.
+Engine work that takes time (starting, removing a container) belongs after the `with`, outside
+the locks: the services do it there and record its end with `lifecycle.move`.
+
 The lease's rules (the contract the bots see):
 - a call without a holder acts as the sandbox's default holder, its scope key;
 - a free or expired lease is taken by whoever calls; the epoch grows when the holder changes;
@@ -67,8 +82,8 @@ def acting_on(
     actor: Actor,
     operation: str | Message,
     *,
-    holder: object = None,
-    epoch: object = None,
+    holder: str | None = None,
+    epoch: int | None = None,
     states: Collection[State] = RUNNING,
     hold_lease: bool = True,
     activity: bool = False,
@@ -148,10 +163,12 @@ def _reason(value: str) -> StopReason | str:
     return StopReason(value) if value in StopReason.values else value
 
 
-def clean_holder(holder: object, sandbox: Sandbox) -> str:
+def clean_holder(holder: str | None, sandbox: Sandbox) -> str:
+    """The holder a call acts as: the one it names, or the sandbox's default (its scope key).
+    The holder's rules are checked here, once, for every entry point (InvalidInput)."""
     if holder is None or holder == "":
         return sandbox.scope_key[:MAX_HOLDER_LENGTH]
-    if not isinstance(holder, str) or not holder.strip():
+    if not holder.strip():
         raise InvalidInput("holder", N_("must be a non-empty string"))
     if len(holder) > MAX_HOLDER_LENGTH or any(ord(ch) < 32 for ch in holder):
         raise InvalidInput(
@@ -160,10 +177,10 @@ def clean_holder(holder: object, sandbox: Sandbox) -> str:
     return holder
 
 
-def clean_epoch(epoch: object) -> int | None:
+def clean_epoch(epoch: int | None) -> int | None:
     if epoch is None:
         return None
-    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+    if isinstance(epoch, bool) or epoch < 0:  # JSON's true is no epoch
         raise InvalidInput("epoch", N_("must be a non-negative integer"))
     return epoch
 
@@ -171,7 +188,7 @@ def clean_epoch(epoch: object) -> int | None:
 # --- the lease ------------------------------------------------------------------------------------
 
 
-def take_lease(sandbox: Sandbox, holder: object, actor: Actor) -> Lease:
+def take_lease(sandbox: Sandbox, holder: str | None, actor: Actor) -> Lease:
     """Take or share the lease for `holder` (an open): the same holder shares it, a free or
     expired one is taken. Call inside a transaction."""
     cleaned = clean_holder(holder, sandbox)
@@ -189,17 +206,7 @@ def authorize(sandbox: Sandbox, holder: str, epoch: int | None, actor: Actor) ->
     if lease.taken_over and not lease_is_live(lease, now):
         end_takeover(sandbox, lease)  # its ceiling passed: free (its holder's epoch is stale)
     if lease_is_live(lease, now):
-        if lease.holder != holder:
-            raise refusal(lease, holder)
-        if epoch is not None and epoch != lease.epoch:
-            raise StaleEpoch(
-                N_(
-                    "epoch %(epoch)s is stale; the lease is at epoch %(current)s",
-                    epoch=epoch,
-                    current=lease.epoch,
-                ),
-                epoch=lease.epoch,
-            )
+        require_holder(lease, holder, epoch)
         if lease.taken_over:
             return lease  # a takeover holds as it is: no call moves its end
     elif epoch is not None and (lease.holder != holder or epoch != lease.epoch):
@@ -236,6 +243,22 @@ def authorize(sandbox: Sandbox, holder: str, epoch: int | None, actor: Actor) ->
             previous_holder=acquired_from,
         )  # fmt: skip
     return lease
+
+
+def require_holder(lease: Lease, holder: str, epoch: int | None) -> None:
+    """The refusal of a live lease: anyone but its holder is refused (LeaseBusy, TakenOver),
+    and its holder too when the epoch it gives is not the lease's (StaleEpoch)."""
+    if lease.holder != holder:
+        raise refusal(lease, holder)
+    if epoch is not None and epoch != lease.epoch:
+        raise StaleEpoch(
+            N_(
+                "epoch %(epoch)s is stale; the lease is at epoch %(current)s",
+                epoch=epoch,
+                current=lease.epoch,
+            ),
+            epoch=lease.epoch,
+        )
 
 
 def locked_lease(sandbox: Sandbox) -> tuple[Lease, datetime]:

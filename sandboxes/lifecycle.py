@@ -16,7 +16,8 @@ moves a sandbox from one state to the next.
     stopping                          ──destroy─────────▶ destroyed
     stopping                          ──cancel_stop─────▶ where it was
 
-`TRANSITIONS` is the table; `FOLLOWS` is the same table read per state. `move` performs one
+`TRANSITIONS` is the table; `FOLLOWS` is the same table read per state; `allows` answers an
+entry point that offers an action (a dashboard button) from the same table. `move` performs one
 transition: in one transaction it changes the row only if it is still in a state the
 transition starts from and in the generation the caller saw (a conditional update, which also
 locks the row), sets the transition's fields, records the event with the actor and the reason,
@@ -96,6 +97,12 @@ FOLLOWS: dict[State, frozenset[State]] = {
 }
 # A stop ends here: the container is gone, the workspace kept or deleted, the lease free.
 _ENDS = {STOP, DESTROY, LOSE}
+
+
+def allows(sandbox: Sandbox, transition: Transition) -> bool:
+    """Whether the table lets `transition` start from the state of this copy of the row: what
+    an entry point may offer. Only an offer: `move` decides again, on the row as it is then."""
+    return sandbox.state in transition.sources
 
 
 def move(

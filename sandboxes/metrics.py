@@ -154,13 +154,21 @@ def _bound(bound: float) -> str:
 # --- reading ----------------------------------------------------------------------------------
 
 
-def snapshot(pipeline: Pipeline | None = None, *, write: bool = True) -> dict[str, Any]:
-    """Every metric, per pipeline and overall: what the dashboard and the JSON API show.
-    Counts of this process not yet written are included: written first, or, with `write`
-    false (the dashboard's pushes, which must not queue behind the API for the database's
-    write lock), added from memory; counts of other processes come in within FLUSH_SECONDS."""
-    if write:
-        flush()
+def flush_and_snapshot(pipeline: Pipeline | None = None) -> dict[str, Any]:
+    """Write this process's counts (a read that writes: the JSON API's metrics and the
+    sampler), then read every metric as `snapshot` does."""
+    flush()
+    return _read(pipeline, unwritten=False)
+
+
+def snapshot(pipeline: Pipeline | None = None) -> dict[str, Any]:
+    """Every metric, per pipeline and overall, writing nothing: counts of this process not yet
+    written are added from memory (the dashboard, whose pushes must not queue behind the API
+    for the database's write lock); counts of other processes come in within FLUSH_SECONDS."""
+    return _read(pipeline, unwritten=True)
+
+
+def _read(pipeline: Pipeline | None, *, unwritten: bool) -> dict[str, Any]:
     totals = MetricTotal.objects.all()
     sandboxes = Sandbox.objects.exclude(state=State.DESTROYED)
     if pipeline is not None:
@@ -169,10 +177,10 @@ def snapshot(pipeline: Pipeline | None = None, *, write: bool = True) -> dict[st
     per: dict[str, dict[str, Any]] = defaultdict(_empty)
     for name, slug, label, value in totals.values_list("name", "pipeline", "label", "value"):
         _put(per[slug], name, label, value)
-    if not write:
+    if unwritten:
         with _lock:
-            unwritten = list(_pending.items())
-        for (name, slug, label), value in unwritten:
+            pending = list(_pending.items())
+        for (name, slug, label), value in pending:
             if pipeline is None or slug == pipeline.slug:
                 _put(per[slug], name, label, value)
     for slug, state, pooled, number in sandboxes.values_list(
@@ -238,9 +246,10 @@ def _merge(into: dict[str, Any], entry: dict[str, Any]) -> None:
             into[key] = into.get(key, 0) + value
 
 
-def prometheus_text() -> str:
-    """The Prometheus text exposition format (version 0.0.4)."""
-    data = snapshot()
+def flush_and_prometheus_text() -> str:
+    """Write this process's counts, then every metric in the Prometheus text exposition format
+    (version 0.0.4): what `GET /metrics` answers, a read that writes."""
+    data = flush_and_snapshot()
     lines: list[str] = []
 
     def family(name: str) -> None:

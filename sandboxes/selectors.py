@@ -8,17 +8,19 @@ from uuid import UUID
 
 from boxyard.errors import N_, InvalidInput, Message, NotFound
 from pipelines.selectors import Principal, pipeline_for, principal_for_token, principal_for_user
-from sandboxes.models import Exec, Sandbox, State
+from sandboxes.models import Exec, Sandbox, SandboxQuerySet, State
 
 __all__ = [
     "Principal",
     "exec_for",
+    "find_sandbox",
     "pipeline_for",
     "principal_for_token",
     "principal_for_user",
     "running_sandbox_id",
     "sandbox_for",
     "sandboxes_for",
+    "visible_sandboxes",
 ]
 
 
@@ -27,6 +29,25 @@ def _parse_id(value: object, missing: Message) -> UUID:
         return value if isinstance(value, UUID) else UUID(str(value))
     except ValueError:
         raise NotFound(missing) from None
+
+
+def visible_sandboxes(principal: Principal) -> SandboxQuerySet:
+    """Every sandbox the principal may see: its pipeline's (an admin's: all of them). Every
+    fetch of sandboxes for a caller starts from here."""
+    if principal.pipeline is None:
+        return Sandbox.objects.all()
+    return Sandbox.objects.filter(pipeline=principal.pipeline)
+
+
+def find_sandbox(principal: Principal, sandbox_id: object) -> Sandbox | None:
+    """`sandbox_for` for a page or a websocket whose sandbox may have gone meanwhile: None
+    when there is none the principal may see; read with its pipeline, lease and host."""
+    try:
+        pk = _parse_id(sandbox_id, N_("no sandbox %(id)r", id=sandbox_id))
+    except NotFound:
+        return None
+    found = visible_sandboxes(principal).select_related("pipeline", "lease", "host")
+    return found.filter(pk=pk).first()
 
 
 def sandbox_for(principal: Principal, sandbox_id: object) -> Sandbox:
@@ -50,9 +71,7 @@ def sandboxes_for(
     scope_key: str | None = None,
     limit: int = 200,
 ) -> list[Sandbox]:
-    queryset = Sandbox.objects.select_related("pipeline", "lease")
-    if principal.pipeline is not None:
-        queryset = queryset.filter(pipeline=principal.pipeline)
+    queryset = visible_sandboxes(principal).select_related("pipeline", "lease")
     if status:
         if status not in State.values:
             raise InvalidInput(
@@ -71,9 +90,7 @@ def sandboxes_for(
 def running_sandbox_id(principal: Principal, scope_key: str) -> UUID | None:
     """The id of the scope key's sandbox if it runs now (one small query, for callers that
     act on a chat's sandbox without knowing its id)."""
-    found = Sandbox.objects.filter(scope_key=scope_key, state=State.RUNNING)
-    if principal.pipeline is not None:
-        found = found.filter(pipeline=principal.pipeline)
+    found = visible_sandboxes(principal).filter(scope_key=scope_key, state=State.RUNNING)
     pk: UUID | None = found.values_list("pk", flat=True).first()
     return pk
 

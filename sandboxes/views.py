@@ -48,7 +48,7 @@ def fleet(request: HttpRequest) -> HttpResponse:
         "page": fleet_view.fleet_page(chosen),
         "counts": counts,
         "cards": fleet_view.fleet_cards(counts),
-        "totals": metrics.snapshot(write=False)["overall"],
+        "totals": metrics.snapshot()["overall"],
         "stored": pruning.stored(),
         "charts": fleet_charts(chosen.pipeline),
         "pipelines": Pipeline.objects.order_by("slug").values_list("slug", flat=True),
@@ -194,7 +194,7 @@ def prometheus_metrics(request: HttpRequest) -> HttpResponse:
         response["WWW-Authenticate"] = "Bearer"
         return response
     return HttpResponse(
-        metrics.prometheus_text(), content_type="text/plain; version=0.0.4; charset=utf-8"
+        metrics.flush_and_prometheus_text(), content_type="text/plain; version=0.0.4; charset=utf-8"
     )
 
 

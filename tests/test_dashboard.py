@@ -357,7 +357,9 @@ def test_fleet_pages_share_one_read_of_a_change_and_keep_their_own_filters(
     )
     reads: list[str] = []
     fleet_row = dashboard.fleet_row
-    monkeypatch.setattr(dashboard, "fleet_row", lambda pk: reads.append(pk) or fleet_row(pk))
+    monkeypatch.setattr(
+        dashboard, "fleet_row", lambda admin, pk: reads.append(pk) or fleet_row(admin, pk)
+    )
 
     async def scenario() -> tuple[list[str], list[str | None]]:
         pages = [

@@ -49,7 +49,7 @@ def open_sandbox(request: HttpRequest, body: OpenIn) -> Answered:
     summary="Sandbox metrics of the caller's pipeline (an admin: every pipeline, and overall)",
 )
 def sandbox_metrics(request: HttpRequest) -> dict[str, Any]:
-    return metrics.snapshot(principal(request).pipeline)
+    return metrics.flush_and_snapshot(principal(request).pipeline)
 
 
 @router.get(

@@ -18,6 +18,7 @@ from django.utils import translation
 
 from boxyard.web import is_admin
 from sandboxes import live
+from sandboxes.selectors import Principal, principal_for_user
 
 REFUSED = 4403
 # Where a render shared by several pages has a CSRF token: each page puts its own in.
@@ -37,6 +38,9 @@ class DashboardConsumer(AsyncWebsocketConsumer):
         self.admitted = True
         live.serve_from(asyncio.get_running_loop())
         self.admin_name = user.get_username()  # type: ignore[union-attr]  # is_admin: a user
+        admin = principal_for_user(user)  # type: ignore[arg-type]  # is_admin: a user
+        assert admin is not None  # is_admin let only an admin in
+        self.admin: Principal = admin  # whose sandboxes the page may fetch (the selector's)
         self.language = language_of(self.scope)
         self.csrf_token = csrf_token_of(self.scope)
         for group in self.joined_groups():

@@ -122,7 +122,7 @@ class FleetConsumer(DashboardConsumer):
         await self.send_html("".join(html))
 
     def render_row(self, sandbox_id: str) -> str:
-        sandbox = dashboard.fleet_row(sandbox_id)
+        sandbox = dashboard.fleet_row(self.admin, sandbox_id)
         if sandbox is None:
             return ""
         return self.render("sandboxes/_fleet_row.html", {"sandbox": sandbox})
@@ -147,7 +147,7 @@ class FleetConsumer(DashboardConsumer):
         )
 
     def render_change_for_all(self, sandbox_id: str) -> "RenderedChange":
-        sandbox = dashboard.fleet_row(sandbox_id)
+        sandbox = dashboard.fleet_row(self.admin, sandbox_id)
         row = (
             self.render("sandboxes/_fleet_row.html", {"sandbox": sandbox})
             if sandbox is not None
@@ -182,7 +182,7 @@ class FleetConsumer(DashboardConsumer):
     def _totals(self) -> str:
         return self.render(
             "sandboxes/_totals.html",
-            {"totals": metrics.snapshot(write=False)["overall"], "stored": pruning.stored()},
+            {"totals": metrics.snapshot()["overall"], "stored": pruning.stored()},
         )
 
 

@@ -15,7 +15,7 @@ from django.utils import translation
 from django.utils.html import escape
 
 from boxyard.actors import Actor
-from boxyard.errors import BoxyardError
+from boxyard.errors import N_, BoxyardError, NotFound
 from sandboxes import dashboard, live
 from sandboxes.consumers import usage
 from sandboxes.consumers.base import CSRF_MARK, DashboardConsumer, shared
@@ -52,7 +52,7 @@ class SandboxConsumer(DashboardConsumer):
             asyncio.create_task(self.report_usage()),
             asyncio.create_task(self.keep_lease()),
         ]
-        if await database_sync_to_async(dashboard.declares_processes)(self.sandbox_id):
+        if await database_sync_to_async(dashboard.declares_processes)(self.admin, self.sandbox_id):
             self.tasks.append(asyncio.create_task(self.watch_processes()))
 
     async def disconnect(self, code: int) -> None:
@@ -84,7 +84,7 @@ class SandboxConsumer(DashboardConsumer):
             await self.send_html(html.replace(CSRF_MARK, self.csrf_token))
 
     def render_parts(self, parts: Collection[str], csrf_token: str | None = None) -> str:
-        sandbox = dashboard.fleet_row(self.sandbox_id)
+        sandbox = dashboard.fleet_row(self.admin, self.sandbox_id)
         if sandbox is None:
             return ""
         with translation.override(self.language):  # the actions' words, as the page says them
@@ -101,13 +101,20 @@ class SandboxConsumer(DashboardConsumer):
         return "".join(html)
 
     async def keep_lease(self) -> None:
-        actor = Actor("admin", self.admin_name)
+        actor = Actor.admin(self.admin_name)
         while True:
             try:
-                await database_sync_to_async(leases.hold_by_id)(self.sandbox_id, actor)
+                await database_sync_to_async(self.hold)(actor)
             except BoxyardError:
                 pass  # the sandbox is gone: the page says so
             await asyncio.sleep(self.HOLD_SECONDS)
+
+    def hold(self, actor: Actor) -> None:
+        """Keep the admin's lease (`leases.hold`) on the sandbox as the selector finds it."""
+        sandbox = dashboard.fleet_row(self.admin, self.sandbox_id)
+        if sandbox is None:
+            raise NotFound(N_("no sandbox %(id)s", id=self.sandbox_id))
+        leases.hold(sandbox, actor)
 
     async def report_usage(self) -> None:
         """The sandbox's CPU, memory and workspace, every USAGE_SECONDS: the CPU and memory
@@ -117,7 +124,7 @@ class SandboxConsumer(DashboardConsumer):
         try:
             while True:
                 container = await database_sync_to_async(dashboard.running_container)(
-                    self.sandbox_id
+                    self.admin, self.sandbox_id
                 )
                 if follower is not None and follower.at != container:
                     usage.unwatch(follower)
@@ -128,7 +135,7 @@ class SandboxConsumer(DashboardConsumer):
                 # Off the database's thread: the workspace's use is the agent's to say.
                 workspace = await database_sync_to_async(
                     dashboard.workspace_of, thread_sensitive=False
-                )(self.sandbox_id)
+                )(self.admin, self.sandbox_id)
                 await self.send_html(self.render_usage(reading, previous, workspace))
                 previous = reading
                 await asyncio.sleep(self.USAGE_SECONDS)
@@ -150,7 +157,7 @@ class SandboxConsumer(DashboardConsumer):
         while True:
             # In a thread of its own: the database's one thread is the pages' renders'.
             state = await database_sync_to_async(dashboard.processes_state, thread_sensitive=False)(
-                self.sandbox_id
+                self.admin, self.sandbox_id
             )
             if state is not None and seen is not None and state != seen:
                 await self.sandbox_changed({"parts": [live.PROCESSES]})

@@ -13,10 +13,11 @@ from django.utils.functional import Promise
 from django.utils.translation import gettext_lazy as _
 
 from boxyard.actors import Actor
-from boxyard.errors import BoxyardError
+from boxyard.errors import N_, BoxyardError, NotFound
 from boxyard.web import is_admin, parse_int
 from sandboxes import dashboard
 from sandboxes.consumers.base import REFUSED, language_of
+from sandboxes.selectors import principal_for_user
 from sandboxes.services import leases as lease_service
 from sandboxes.services import terminal as terminal_service
 
@@ -46,7 +47,10 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         if user is None or not is_admin(user):
             await self.close(code=REFUSED)
             return
-        self.actor = Actor("admin", user.get_username())
+        self.actor = Actor.admin(user)
+        admin = principal_for_user(user)
+        assert admin is not None  # is_admin let only an admin in
+        self.admin = admin  # whose sandboxes the terminal may fetch (the selector's)
         self.language = language_of(self.scope)
         self.sandbox_id = str(self.scope["url_route"]["kwargs"]["sandbox_id"])
         self.terminal: Any = None
@@ -58,7 +62,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         query = {
             key: values[-1] for key, values in parse_qs(self.scope["query_string"].decode()).items()
         }
-        sandbox = await database_sync_to_async(dashboard.fleet_row)(self.sandbox_id)
+        sandbox = await database_sync_to_async(dashboard.fleet_row)(self.admin, self.sandbox_id)
         if sandbox is None:
             await self.refuse(_("No such sandbox."))
             return
@@ -86,14 +90,20 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         await self.send(text_data=f"\r\n\x1b[31m{text}\x1b[0m\r\n")
         await self.close(code=REFUSED)
 
+    def hold(self) -> None:
+        """Keep the admin's lease under the terminal's epoch (`leases.hold`), on the sandbox
+        as the selector finds it."""
+        sandbox = dashboard.fleet_row(self.admin, self.sandbox_id)
+        if sandbox is None:
+            raise NotFound(N_("no sandbox %(id)s", id=self.sandbox_id))
+        lease_service.hold(sandbox, self.actor, epoch=self.record.epoch)
+
     async def keep_lease(self) -> None:
         """Keep the lease while the terminal is open; close it, saying why, once it is lost."""
         while True:
             await asyncio.sleep(self.HOLD_SECONDS)
             try:
-                await database_sync_to_async(lease_service.hold_by_id)(
-                    self.sandbox_id, self.actor, epoch=self.record.epoch
-                )
+                await database_sync_to_async(self.hold)()
             except BoxyardError as error:
                 self.lost = error
                 with translation.override(self.language):

@@ -118,7 +118,7 @@ LIST_PROCESSES = Operation[None, list[Answer]](
     path=SANDBOX_PATH + "/processes",
     output=ProcessListOut,
     # Starts a declared process that is not running yet: not read-only.
-    service=lambda context, call: services.list_processes(named_sandbox(context, call)),
+    service=lambda context, call: services.start_and_list_processes(named_sandbox(context, call)),
     present=lambda processes: {"processes": processes},
     hints=Hints(idempotent=True),
 )

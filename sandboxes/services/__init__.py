@@ -47,10 +47,10 @@ from sandboxes.services.moving import Moved, move_all, move_all_later, move_late
 from sandboxes.services.opening import Opened, boot, open_sandbox, restart_sandbox
 from sandboxes.services.processes import (
     follow_output,
-    list_processes,
     read_output,
     read_processes,
     restart_process,
+    start_and_list_processes,
     stdin_bytes,
     write_stdin,
 )
@@ -92,7 +92,6 @@ __all__ = [
     "kill_exec",
     "link_methods",
     "list_files",
-    "list_processes",
     "list_sessions",
     "move_all",
     "move_all_later",
@@ -112,6 +111,7 @@ __all__ = [
     "restart_sandbox",
     "run_code",
     "run_exec",
+    "start_and_list_processes",
     "start_exec",
     "stat_file",
     "stdin_bytes",

@@ -87,11 +87,12 @@ def close_later(
     sandbox_ids: Sequence[UUID | str], actor: Actor, *, delete_workspace: bool, reason: str
 ) -> int:
     """Have a worker close each of these sandboxes as `actor` (a bulk destroy from the fleet:
-    the rows change as they go); returns how many were queued."""
+    the rows change as they go); returns how many were queued: those the state table lets
+    stop now (not one destroyed, nor one moving to another host)."""
     found = list(
-        Sandbox.objects.filter(pk__in=sandbox_ids)
-        .exclude(state=State.DESTROYED)
-        .values_list("pk", "host_id")
+        Sandbox.objects.filter(
+            pk__in=sandbox_ids, state__in=lifecycle.BEGIN_STOP.sources
+        ).values_list("pk", "host_id")
     )
     for sandbox_id, host in found:
         later(DESTROY, str(sandbox_id), delete_workspace, reason, str(actor), host=host)

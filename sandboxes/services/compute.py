@@ -3,6 +3,7 @@
 import posixpath
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from django.db import transaction
@@ -38,22 +39,23 @@ def run_code(
     pipeline: Pipeline,
     actor: Actor,
     *,
-    language: object,
-    code: object,
-    files_in: object = None,
-    env: object = None,
-    timeout_seconds: object = None,
+    language: str,
+    code: str,
+    files_in: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout_seconds: int | None = None,
 ) -> RunResult:
     """Run `code` once in a new temporary sandbox of the pipeline's profile, then destroy it.
 
-    The sandbox and its workspace are removed even when the run fails or times out.
+    The sandbox and its workspace are removed even when the run fails or times out. The
+    shapes are the entry point's to check (`RunIn`); the rules every caller needs are checked
+    here, before anything is made: a known language, files inside the workspace and not
+    replacing the code, the pipeline's limits (InvalidInput naming the field).
     """
-    if not isinstance(language, str) or language not in LANGUAGES:
+    if language not in LANGUAGES:
         raise InvalidInput(
             "language", N_("must be one of %(choices)s", choices=", ".join(LANGUAGES))
         )
-    if not isinstance(code, str):
-        raise InvalidInput("code", N_("must be a string"))
     extra = _clean_files(files_in)
     entry, argv = LANGUAGES[language]
     # A fresh command: the agent (the container's main process) runs it outside any
@@ -82,10 +84,10 @@ def run_code(
     return RunResult(exec=record, duration_ms=int((time.monotonic() - started) * 1000))
 
 
-def _clean_files(files_in: object) -> dict[str, str]:
+def _clean_files(files_in: Mapping[str, str] | None) -> dict[str, str]:
     if files_in is None:
         return {}
-    if not isinstance(files_in, dict) or len(files_in) > MAX_FILES:
+    if len(files_in) > MAX_FILES:
         raise InvalidInput(
             "files", N_("must be an object of at most %(count)s path → text", count=MAX_FILES)
         )
@@ -99,7 +101,5 @@ def _clean_files(files_in: object) -> dict[str, str]:
             raise InvalidInput(
                 "files", N_("%(path)s would be replaced by the code to run", path=path)
             )
-        if not isinstance(contents, str):
-            raise InvalidInput(f"files.{path}", N_("must be text"))
         cleaned[target] = contents
     return cleaned

@@ -27,8 +27,6 @@ def create_row(
     IntegrityError when the key already has a live sandbox (after rolling back only its own
     savepoint).
     """
-    # Lock the pipeline so concurrent creates of different keys count the quota in turn.
-    Pipeline.objects.select_for_update(no_key=True).filter(pk=pipeline.pk).first()
     check_quota(pipeline)
     if pooled:
         detail["pooled"] = True
@@ -48,6 +46,12 @@ def create_row(
 
 
 def check_quota(pipeline: Pipeline) -> None:
+    """Refuse (QuotaExceeded) a sandbox that would pass the pipeline's or the operator's
+    maximum of live sandboxes. Call inside the transaction that makes or restarts it: the
+    pipeline's row is locked first (`lock_pipeline`), so that concurrent claims of the
+    pipeline (new keys, stopped sandboxes starting again) count in turn, each seeing the
+    others' rows."""
+    lock_pipeline(pipeline)
     live = Sandbox.objects.filter(pipeline=pipeline, state__in=QUOTA_STATES).count()
     if live >= pipeline.max_live_sandboxes:
         raise QuotaExceeded(
@@ -71,3 +75,9 @@ def check_quota(pipeline: Pipeline) -> None:
             ),
             limit=settings.BOXYARD_MAX_LIVE_SANDBOXES,
         )
+
+
+def lock_pipeline(pipeline: Pipeline) -> None:
+    """Lock the pipeline's row until the caller's transaction ends (a no-op on SQLite, which
+    runs one writing transaction at a time)."""
+    Pipeline.objects.select_for_update(no_key=True).filter(pk=pipeline.pk).first()

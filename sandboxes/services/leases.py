@@ -6,7 +6,6 @@ itself.
 """
 
 from datetime import timedelta
-from uuid import UUID
 
 from django.conf import settings
 from django.db import transaction
@@ -19,7 +18,6 @@ from boxyard.errors import (
     InvalidInput,
     InvalidState,
     LeaseBusy,
-    NotFound,
     StaleEpoch,
     TakenOver,
 )
@@ -30,7 +28,7 @@ from sandboxes.guard import (
     end_takeover,
     lease_is_live,
     locked_lease,
-    refusal,
+    require_holder,
 )
 from sandboxes.models import Lease, Sandbox
 
@@ -73,17 +71,7 @@ def release_lease(
     ) as acting:  # fmt: skip
         lease, now = locked_lease(acting.sandbox)
         if not force and lease_is_live(lease, now):
-            if lease.holder != acting.holder:
-                raise refusal(lease, acting.holder)
-            if epoch is not None and epoch != lease.epoch:
-                raise StaleEpoch(
-                    N_(
-                        "epoch %(epoch)s is stale; the lease is at epoch %(current)s",
-                        epoch=epoch,
-                        current=lease.epoch,
-                    ),
-                    epoch=lease.epoch,
-                )
+            require_holder(lease, acting.holder, acting.epoch)
         previous = lease.holder
         lease.holder = ""
         lease.acquired_by = ""
@@ -103,7 +91,8 @@ def takeover_lease(
 
     The takeover holds until released (calls do not move its end), or until the operator's
     ceiling, BOXYARD_TAKEOVER_MAX_SECONDS, when one is set."""
-    if not isinstance(reason, str) or len(reason) > MAX_REASON or any(ord(c) < 32 for c in reason):
+    # The one check of a takeover's reason, for the API and the dashboard alike.
+    if len(reason) > MAX_REASON or any(ord(c) < 32 for c in reason):
         raise InvalidInput(
             "reason", N_("must be at most %(count)s printable characters", count=MAX_REASON)
         )
@@ -175,11 +164,3 @@ def end_expired_takeover(sandbox: Sandbox) -> bool:
 def expired_takeovers() -> QuerySet[Lease]:
     """Takeovers past their ceiling that nobody has ended yet."""
     return Lease.objects.filter(taken_over=True, holder__gt="", expires_at__lte=Now())
-
-
-def hold_by_id(sandbox_id: UUID | str, actor: Actor, *, epoch: int | None = None) -> Lease | None:
-    """`hold` for the sandbox of this id (a page's or terminal's websocket knows only that)."""
-    sandbox = Sandbox.objects.select_related("pipeline").filter(pk=sandbox_id).first()
-    if sandbox is None:
-        raise NotFound(N_("no sandbox %(id)s", id=sandbox_id))
-    return hold(sandbox, actor, epoch=epoch)

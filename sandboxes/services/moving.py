@@ -87,7 +87,7 @@ def move_later(sandbox: Sandbox, target: str | None, actor: Actor) -> str:
     """Have a worker of the sandbox's host move it to host `target` (a name; None: where
     placement puts it): checked here first, so that what cannot be done is said now. Returns
     the target's name, or "" for placement's choice."""
-    if sandbox.state not in lifecycle.BEGIN_MOVE.sources:
+    if not lifecycle.allows(sandbox, lifecycle.BEGIN_MOVE):
         raise InvalidState(
             N_("cannot move the sandbox: it is %(state)s", state=sandbox.state),
             state=sandbox.state,

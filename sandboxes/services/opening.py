@@ -27,7 +27,7 @@ class Opened:
 
 def open_sandbox(
     pipeline: Pipeline,
-    variables: object,
+    variables: scope.Variables | None,
     actor: Actor,
     holder: str | None = None,
     *,

@@ -108,9 +108,10 @@ def _render(info: dict[str, Any], declared: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def list_processes(sandbox: Sandbox) -> list[dict[str, Any]]:
-    """The pipeline's processes in this sandbox, as they are now; any that is not running is
-    started first (the bot API's list)."""
+def start_and_list_processes(sandbox: Sandbox) -> list[dict[str, Any]]:
+    """Start any of the pipeline's processes that is not running, then list them all as they
+    are now (the bot API's `GET …/processes`: a read that writes). `read_processes` starts
+    none."""
     if _declared(sandbox) and sandbox.state == State.RUNNING and sandbox.agent:
         start_declared(sandbox)
     return read_processes(sandbox)
@@ -130,7 +131,8 @@ def read_processes(sandbox: Sandbox) -> list[dict[str, Any]]:
     ]
 
 
-def _process(sandbox: Sandbox, name: str, agent: AgentChannel) -> dict[str, Any]:
+def _declared_one(sandbox: Sandbox, name: str) -> dict[str, Any]:
+    """The pipeline's declaration of process `name`; NotFound if it declares none so named."""
     declared = _declared(sandbox)
     if name not in declared:
         raise NotFound(
@@ -141,6 +143,11 @@ def _process(sandbox: Sandbox, name: str, agent: AgentChannel) -> dict[str, Any]
             ),
             process=name,
         )
+    return declared[name]
+
+
+def _process(sandbox: Sandbox, name: str, agent: AgentChannel) -> dict[str, Any]:
+    declared = {name: _declared_one(sandbox, name)}
     start_declared(sandbox, agent)
     for info in agent.call("process.list").get("processes") or []:
         if isinstance(info, dict) and info.get("name") == name:
@@ -267,10 +274,12 @@ def restart_process(
     holder: str | None = None,
     epoch: int | None = None,
 ) -> dict[str, Any]:
-    """Stop the process (TERM, then KILL after 3 s) and start it again at once."""
+    """Stop the process (TERM, then KILL after 3 s) and start it again at once. A name the
+    pipeline does not declare is refused (NotFound) before anything is recorded."""
+    declared = _declared_one(sandbox, name)
     with acting_on(sandbox, actor, N_("restart a process"), holder=holder, epoch=epoch) as acting:
         events.record(actor, "process.restarted", sandbox=acting.sandbox, process=name)
     agent = _agent_for(sandbox, N_("restart a process"))
     _process(sandbox, name, agent)
-    info = agent.call("process.restart", deadline=60, **_start_payload(_declared(sandbox)[name]))
-    return _render(info, _declared(sandbox)[name])
+    info = agent.call("process.restart", deadline=60, **_start_payload(declared))
+    return _render(info, declared)

@@ -15,7 +15,7 @@ KEEP = timedelta(days=7)
 def sample_fleet() -> int:
     """One sample per pipeline and one for all of them; returns how many were written."""
     now = timezone.now()
-    snapshot = metrics.snapshot()
+    snapshot = metrics.flush_and_snapshot()
     rows = [_sample(now, "", snapshot["overall"])]
     rows += [_sample(now, slug, entry) for slug, entry in snapshot["pipelines"].items() if slug]
     with transaction.atomic():

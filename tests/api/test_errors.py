@@ -130,6 +130,13 @@ BAD_INPUT = [
         {"pipeline": "support", "language": "cobol", "code": "x"},
         "language",
     ),
+    (
+        "wrong type: code",
+        "post",
+        "/run",
+        {"pipeline": "support", "language": "sh", "code": 5},
+        "code",
+    ),
 ]
 
 

@@ -70,7 +70,7 @@ def test_a_download_link_works_without_the_token_for_its_file_only(support: Bot,
     assert refused.status_code == 403 and "for GET, not PUT" in refused.json()["error"]["message"]
     # Downloads are counted, not recorded one row each; making the link is an event.
     assert not Event.objects.filter(sandbox=box, action="file.link_used").exists()
-    assert metrics.snapshot(support.pipeline)["pipelines"]["support"]["link_reads"] == 4
+    assert metrics.flush_and_snapshot(support.pipeline)["pipelines"]["support"]["link_reads"] == 4
     assert Event.objects.filter(sandbox=box, action="file.link_created").count() == 1
 
 

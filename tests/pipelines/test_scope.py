@@ -92,11 +92,6 @@ def test_bad_variable_values_are_refused(value: object) -> None:
         scope.resolve("{sender_id}", {"sender_id": value})
 
 
-def test_variables_must_be_an_object() -> None:
-    with pytest.raises(InvalidInput, match="variables"):
-        scope.resolve("{sender_id}", ["sender_id"])
-
-
 def test_keys_may_hold_any_characters() -> None:
     key = scope.resolve(
         "{launcher_type}/{launcher_id}", {"launcher_type": "私聊", "launcher_id": "a b/../c"}

@@ -41,7 +41,7 @@ def test_the_lifecycle_and_the_commands_are_counted(make_pipeline, bot, docker_e
     Sandbox.objects.update(idle_deadline=Now() - timedelta(seconds=1))
     reap_due()
 
-    support = metrics.snapshot()["pipelines"]["support"]
+    support = metrics.flush_and_snapshot()["pipelines"]["support"]
     assert support["created"] == 2  # one cold, one for the pool (no worker ran the refills)
     assert (support["reused"], support["pool_hits"], support["pool_misses"]) == (2, 1, 1)
     assert support["health_check_failures"] == 1
@@ -125,15 +125,15 @@ def test_a_reading_that_must_not_write_adds_the_unwritten_counts_from_memory(mak
     metrics.count("boxyard_sandboxes_created_total", "support", amount=2)
     metrics.count("boxyard_sandboxes_created_total", "billing")
     metrics.count("boxyard_sandboxes_cleaned_total", "support", "idle")
-    read = metrics.snapshot(write=False)
+    read = metrics.snapshot()
     assert read["overall"]["created"] == 4 and read["overall"]["cleaned"] == {"idle": 1}
     assert (
         MetricTotal.objects.get(name="boxyard_sandboxes_created_total", pipeline="support").value
         == 1
     )
     support = make_pipeline(slug="support")
-    assert metrics.snapshot(support, write=False)["overall"]["created"] == 3
-    assert metrics.snapshot()["overall"]["created"] == 4  # now written
+    assert metrics.snapshot(support)["overall"]["created"] == 3
+    assert metrics.flush_and_snapshot()["overall"]["created"] == 4  # now written
     assert (
         MetricTotal.objects.get(name="boxyard_sandboxes_created_total", pipeline="support").value
         == 3

@@ -14,11 +14,13 @@ from sandboxes.models import Exec, Sandbox, State
 from sandboxes.selectors import (
     Principal,
     exec_for,
+    find_sandbox,
     pipeline_for,
     principal_for_token,
     principal_for_user,
     sandbox_for,
     sandboxes_for,
+    visible_sandboxes,
 )
 from sandboxes.services.creating import create_row
 
@@ -93,6 +95,21 @@ def test_another_pipelines_sandbox_is_not_found_like_one_that_never_was(
     nowhere = uuid.uuid4()
     assert not_found(lambda: sandbox_for(support_bot, theirs.pk)) == f"no sandbox {theirs.pk}"
     assert not_found(lambda: sandbox_for(support_bot, nowhere)) == f"no sandbox {nowhere}"
+
+
+def test_a_page_finds_a_sandbox_it_may_see_or_none(billing, support, support_bot, admin) -> None:
+    """What the dashboard's websockets fetch with: the same rule, and None instead of a 404
+    for a sandbox gone (or never there, or another pipeline's)."""
+    mine, theirs = sandbox(support, "group_1"), sandbox(billing, "group_1")
+    found = find_sandbox(support_bot, str(mine.pk))
+    assert found is not None and found.pk == mine.pk
+    assert find_sandbox(support_bot, theirs.pk) is None
+    assert find_sandbox(support_bot, uuid.uuid4()) is None
+    assert find_sandbox(support_bot, "not-a-uuid") is None
+    seen = find_sandbox(admin, theirs.pk)
+    assert seen is not None and seen.pk == theirs.pk
+    assert set(visible_sandboxes(support_bot)) == {mine}
+    assert set(visible_sandboxes(admin)) == {mine, theirs}
 
 
 @pytest.mark.parametrize(

@@ -140,7 +140,7 @@ def test_reset_unjams_a_sandbox_at_its_pids_limit(
     )
     sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
     run(sandbox, bot, "export KEPT=yes; cd /tmp")
-    before = {p["name"]: p for p in services.list_processes(sandbox)}["server"]
+    before = {p["name"]: p for p in services.start_and_list_processes(sandbox)}["server"]
     run(sandbox, bot, "(while :; do sleep 1000 & done) >/dev/null 2>&1 &", timeout_seconds=600)
     # Jammed: every process slot is taken the moment it is free.
     wait_until(lambda: pids_current(docker_engine, sandbox) >= 46, 10, "the limit was reached")
@@ -154,7 +154,9 @@ def test_reset_unjams_a_sandbox_at_its_pids_limit(
     assert run(sandbox, bot, "echo alive $KEPT; pwd").stdout == "alive yes\n/tmp\n"
     wait_until(
         lambda: (
-            {p["name"]: p for p in services.list_processes(sandbox)}["server"]["generation"]
+            {p["name"]: p for p in services.start_and_list_processes(sandbox)}["server"][
+                "generation"
+            ]
             > before["generation"]
         ),
         5,

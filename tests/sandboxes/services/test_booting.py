@@ -28,7 +28,7 @@ def queued(monkeypatch: Any) -> list[tuple[str, list[Any]]]:
 
 
 def health_failures(pipeline: Any) -> int:
-    entry = metrics.snapshot(pipeline)["pipelines"].get(pipeline.slug, {})
+    entry = metrics.flush_and_snapshot(pipeline)["pipelines"].get(pipeline.slug, {})
     return int(entry.get("health_check_failures", 0))
 
 

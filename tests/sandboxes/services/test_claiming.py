@@ -4,18 +4,22 @@ No container is made here (booting does that), so the rows are put in the states
 needs directly. The pool and the opens end to end are proven on the real engine in
 test_pool.py and test_opening.py."""
 
+import contextlib
+import threading
 from typing import Any
 
 import pytest
 from celery import current_app
+from django.conf import settings
+from django.db import connection
 from django.db.models.functions import Now
 
 from boxyard.errors import InvalidState, LeaseBusy, PoolExhausted, QuotaExceeded
 from pipelines.models import PoolPolicy
 from pipelines.scope import scope_of
-from sandboxes import metrics
+from sandboxes import lifecycle, metrics
 from sandboxes.models import Event, Lease, Sandbox, State
-from sandboxes.services import claiming, specs
+from sandboxes.services import claiming, creating, specs
 from sandboxes.services.claiming import claim
 from sandboxes.services.creating import create_row
 from tests.conftest import CHAT
@@ -45,7 +49,7 @@ def claim_chat(pipeline: Any, bot: Any, holder: str | None = "agent-a", **chat: 
 
 
 def counts(pipeline: Any) -> dict[str, int]:
-    entry = metrics.snapshot(pipeline)["pipelines"].get(pipeline.slug, {})
+    entry = metrics.flush_and_snapshot(pipeline)["pipelines"].get(pipeline.slug, {})
     names = ("created", "reused", "pool_hits", "pool_misses")
     return {name: entry.get(name, 0) for name in names if entry.get(name, 0)}
 
@@ -163,6 +167,69 @@ def test_an_errored_sandbox_needs_a_free_slot_to_start_again(make_pipeline, bot)
     with pytest.raises(QuotaExceeded):
         claim_chat(pipeline, bot)
     assert Sandbox.objects.filter(state=State.CREATING).count() == 1
+
+
+def test_a_stopped_sandbox_counts_the_quota_under_the_pipelines_lock(
+    pipeline, bot, monkeypatch
+) -> None:
+    """Two stopped sandboxes of a pipeline starting again at once count the quota in turn
+    (on PostgreSQL, without the lock both would see the last free slot), as new keys do."""
+    put(claim_chat(pipeline, bot).sandbox, State.STOPPED)
+    steps: list[str] = []
+    real_lock, real_count = creating.lock_pipeline, Sandbox.objects.filter
+    monkeypatch.setattr(
+        creating, "lock_pipeline", lambda p: (steps.append(f"lock {p.slug}"), real_lock(p))[1]
+    )
+    monkeypatch.setattr(
+        Sandbox.objects, "filter", lambda *a, **k: (steps.append("count"), real_count(*a, **k))[1]
+    )
+    claim_chat(pipeline, bot)
+    assert steps[:2] == [f"lock {pipeline.slug}", "count"]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(
+    "sqlite" in settings.DATABASES["default"]["ENGINE"],
+    reason="SQLite runs one writing transaction at a time: the race needs PostgreSQL "
+    "(bin/with-postgres)",
+)
+def test_two_stopped_sandboxes_racing_for_the_last_slot_start_one(
+    make_pipeline, bot, monkeypatch
+) -> None:
+    """Each claim counts the quota, then waits (up to a second) for the other to have counted
+    too before it restarts its sandbox: without the pipeline's lock both count the one free
+    slot and both start; with it the second counts after the first commits, and is refused."""
+    pipeline = make_pipeline(max_live_sandboxes=1)
+    for launcher in ("a", "b"):
+        put(claim_chat(pipeline, bot, launcher_id=launcher).sandbox, State.STOPPED)
+    both_counted = threading.Barrier(2, timeout=1)
+    real_move = lifecycle.move
+
+    def move_when_both_counted(sandbox: Any, transition: Any, *args: Any, **kwargs: Any) -> Any:
+        if transition is lifecycle.RESTART:
+            with contextlib.suppress(threading.BrokenBarrierError):
+                both_counted.wait()  # the other claim waits for this one's lock: no wait here
+        return real_move(sandbox, transition, *args, **kwargs)
+
+    monkeypatch.setattr(lifecycle, "move", move_when_both_counted)
+    outcomes: dict[str, str] = {}
+
+    def open_chat(launcher: str) -> None:
+        try:
+            claim_chat(pipeline, bot, launcher_id=launcher)
+            outcomes[launcher] = "started"
+        except QuotaExceeded:
+            outcomes[launcher] = "refused"
+        finally:
+            connection.close()  # this thread's own
+
+    threads = [threading.Thread(target=open_chat, args=(launcher,)) for launcher in "ab"]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert sorted(outcomes.values()) == ["refused", "started"]
+    assert Sandbox.objects.filter(pipeline=pipeline, state=State.CREATING).count() == 1
 
 
 def test_a_refused_lease_leaves_a_stopped_sandbox_stopped(pipeline, bot) -> None:

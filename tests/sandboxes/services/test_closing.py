@@ -50,7 +50,9 @@ def sandbox_history(sandbox: Sandbox) -> list[str]:
 
 def cleaned(pipeline: Any) -> dict[str, int]:
     """The stops counted for the pipeline, by reason."""
-    return metrics.snapshot(pipeline)["pipelines"].get(pipeline.slug, {}).get("cleaned", {})
+    return (
+        metrics.flush_and_snapshot(pipeline)["pipelines"].get(pipeline.slug, {}).get("cleaned", {})
+    )
 
 
 def test_a_kept_workspace_leaves_the_sandbox_stopped(sandbox, bot, fake_runtime) -> None:
@@ -215,7 +217,9 @@ def test_close_later_queues_one_destroy_per_live_sandbox_as_the_actor(
     monkeypatch.setattr(
         current_app, "send_task", lambda name, args=(), **_: queued.append((name, list(args)))
     )
-    ids: list[object] = [running.pk, str(stopped.pk), destroyed.pk, uuid.uuid4()]
+    moving = services.open_sandbox(pipeline, {**CHAT, "launcher_id": "moving"}, bot).sandbox
+    Sandbox.objects.filter(pk=moving.pk).update(state=State.MOVING)  # the table refuses its stop
+    ids: list[object] = [running.pk, str(stopped.pk), destroyed.pk, moving.pk, uuid.uuid4()]
     with django_capture_on_commit_callbacks(execute=True):
         assert close_later(ids, alice, delete_workspace=True, reason=StopReason.ADMIN) == 2
         assert queued == []  # handed over only once the transaction commits

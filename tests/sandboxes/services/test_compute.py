@@ -53,7 +53,6 @@ def test_python_runs_in_the_default_image(make_pipeline, bot, docker_engine, set
     ("kwargs", "field"),
     [
         ({"language": "cobol", "code": "x"}, "language"),
-        ({"language": "sh", "code": 5}, "code"),
         ({"language": "sh", "code": "x", "files_in": {"../x": "y"}}, "files"),
         ({"language": "sh", "code": "x", "timeout_seconds": 0}, "timeout_seconds"),
     ],

@@ -20,7 +20,9 @@ pytestmark = pytest.mark.django_db
 
 
 def created(pipeline: Any) -> int:
-    return metrics.snapshot(pipeline)["pipelines"].get(pipeline.slug, {}).get("created", 0)
+    return (
+        metrics.flush_and_snapshot(pipeline)["pipelines"].get(pipeline.slug, {}).get("created", 0)
+    )
 
 
 def put(sandbox: Sandbox, state: State) -> None:

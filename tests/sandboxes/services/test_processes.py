@@ -8,6 +8,7 @@ from django.core.exceptions import ValidationError
 
 from boxyard.errors import NotFound
 from sandboxes import services
+from sandboxes.models import Event, Lease
 from tests.conftest import CHAT
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
@@ -32,7 +33,7 @@ def sandbox(make_pipeline, bot, docker_engine):
 
 
 def by_name(sandbox):
-    return {process["name"]: process for process in services.list_processes(sandbox)}
+    return {process["name"]: process for process in services.start_and_list_processes(sandbox)}
 
 
 def test_processes_start_with_the_sandbox(sandbox) -> None:
@@ -99,6 +100,15 @@ def test_restart_on_request(sandbox, bot) -> None:
 def test_an_undeclared_process_is_not_found(sandbox, bot) -> None:
     with pytest.raises(NotFound, match="nope"):
         services.write_stdin(sandbox, "nope", b"x", bot)
+
+
+def test_restarting_an_undeclared_process_changes_nothing(sandbox, bot) -> None:
+    events = Event.objects.filter(sandbox=sandbox)
+    before = (events.count(), Lease.objects.values().get(sandbox=sandbox))
+    with pytest.raises(NotFound, match="nope"):
+        services.restart_process(sandbox, "nope", bot)
+    assert (events.count(), Lease.objects.values().get(sandbox=sandbox)) == before
+    assert not events.filter(action="process.restarted").exists()
 
 
 @pytest.mark.parametrize(
