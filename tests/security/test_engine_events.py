@@ -85,6 +85,38 @@ def lost_within(sandbox: Sandbox, seconds: float) -> float:
     )
 
 
+@pytest.fixture
+def handled(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """The events the followers of this process handled, as (action, container name), in
+    the order they were handled (each follower handles its stream's events in order)."""
+    seen: list[tuple[str, str]] = []
+
+    def recording(event: Any) -> bool:
+        try:
+            return original(event)
+        finally:
+            seen.append((event.action, event.name))
+
+    original = watching.handle
+    monkeypatch.setattr(watching, "handle", recording)
+    return seen
+
+
+def marker() -> str:
+    """A container of this deployment that starts and ends at once: its "die" comes in the
+    engine's stream after every event before it (a follower that handled it has handled
+    those)."""
+    name = f"marker-{uuid.uuid4().hex[:8]}"
+    labels = [f"--label={key}={value}" for key, value in labels_for().items()]
+    docker("run", "--rm", "--name", name, *labels, settings.BOXYARD_TEST_IMAGE, "true")
+    return name
+
+
+def handled_by_all(handled: list[tuple[str, str]], name: str, followers: int = 1) -> None:
+    """Until every one of `followers` has handled the marker `name`'s "die"."""
+    wait_for(lambda: handled.count(("die", name)) >= followers, BOUND_SECONDS, lambda: f"{handled}")
+
+
 def stopped_events(sandbox: Sandbox) -> list[Event]:
     return list(Event.objects.filter(sandbox=sandbox, action="sandbox.stopped"))
 
@@ -125,7 +157,7 @@ def test_a_docker_rm_marks_the_sandbox_lost_at_once(follower, pipeline, bot, doc
 
 
 def test_a_container_the_oom_killer_ends_is_lost_and_one_command_it_ends_is_not(
-    follower, make_pipeline, bot, docker_engine
+    handled, follower, make_pipeline, bot, docker_engine
 ) -> None:
     pipeline = make_pipeline(memory_mb=32)
     sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
@@ -135,7 +167,9 @@ def test_a_container_the_oom_killer_ends_is_lost_and_one_command_it_ends_is_not(
     request = services.clean_request(sandbox, cmd=hog, timeout_seconds=60)
     first = services.run_exec(sandbox, request, bot)
     assert (first.exit_code, first.oom_killed) == (137, True)
-    time.sleep(1)  # the engine's "oom" event has come and gone
+    # The engine's "oom" event has come and gone: the follower handled a later one.
+    handled_by_all(handled, marker())
+    assert ("oom", row(sandbox).container_name) in handled, handled
     assert row(sandbox).state == State.RUNNING
     assert docker_engine.inspect_container(sandbox.container_id).running
 
@@ -225,14 +259,15 @@ def test_the_dashboard_hears_of_the_loss(
     assert row(sandbox).stop_reason == StopReason.LOST
 
 
-def test_two_followers_make_one_change(follower, pipeline, bot, docker_engine) -> None:
+def test_two_followers_make_one_change(handled, follower, pipeline, bot, docker_engine) -> None:
     second = Follower().start()
     try:
         assert second.following.wait(10)
         sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
         docker("kill", sandbox.container_id)
         lost_within(sandbox, BOUND_SECONDS)
-        time.sleep(1)  # both have handled the die and the destroy that followed
+        # Both have handled the die and the destroy that followed: and a later event.
+        handled_by_all(handled, marker(), followers=2)
     finally:
         second.stop()
     assert len(stopped_events(sandbox)) == 1
@@ -241,8 +276,7 @@ def test_two_followers_make_one_change(follower, pipeline, bot, docker_engine) -
 def test_a_follower_that_missed_events_catches_up(pipeline, bot, docker_engine) -> None:
     sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
     before = time.time() - 1
-    docker("kill", sandbox.container_id)  # no follower runs
-    time.sleep(0.5)
+    docker("kill", sandbox.container_id)  # no follower runs, so nothing can mark it lost
     assert row(sandbox).state == State.RUNNING
     late = Follower(since=before).start()
     try:
@@ -420,7 +454,8 @@ def test_a_follower_outlives_an_engine_that_goes_away(
         with pytest.raises(RuntimeUnavailable):
             get_runtime().ping()
         docker("kill", first.container_id)  # while it cannot listen
-        time.sleep(1)
+        # It reads no stream (it would have set `following`), so it cannot have heard it.
+        assert not follower.following.is_set()
         assert row(first).state == State.RUNNING
         assert follower.alive
 
@@ -459,13 +494,30 @@ def test_the_stream_outlives_quiet_windows_and_gives_each_event_once(
         docker("kill", api_name)
         docker_engine.remove_container(api_name)
         wait_for(lambda: len(seen) >= 3, BOUND_SECONDS)
-        time.sleep(1.5)
+        # No event comes twice: a later container's start comes right after them.
+        later = f"{api_name}-later"
+        docker_engine.ensure_container(
+            ContainerSpec(
+                name=later,
+                image=settings.BOXYARD_TEST_IMAGE,
+                labels=labels,
+                user=settings.BOXYARD_SANDBOX_USER,
+                mounts=(),
+            )
+        )
+        wait_for(lambda: ("start", later) in seen, BOUND_SECONDS)
+        docker_engine.remove_container(later)
     finally:
         stream.close()
         reader.join(5)
         docker_engine.remove_container(api_name)
     assert not reader.is_alive()
-    assert seen == [("start", api_name), ("die", api_name), ("destroy", api_name)]
+    assert seen[:4] == [
+        ("start", api_name),
+        ("die", api_name),
+        ("destroy", api_name),
+        ("start", later),
+    ]
 
 
 def test_the_fake_runtime_tells_a_follower_what_the_engine_would(
