@@ -35,7 +35,6 @@ from sandboxes import services
 from sandboxes.models import Event, Lease, Sandbox, State, StopReason
 from sandboxes.runtime import (
     ContainerSpec,
-    agent,
     event_stream,
     get_runtime,
     labels_for,
@@ -191,7 +190,7 @@ def test_a_container_the_oom_killer_ends_is_lost_and_one_command_it_ends_is_not(
 
 
 def test_what_boxyard_does_itself_is_not_a_loss(
-    follower, pipeline, bot, alice, docker_engine
+    follower, pipeline, bot, alice_actor, docker_engine
 ) -> None:
     closed = services.open_sandbox(pipeline, CHAT, bot).sandbox
     restarted = services.open_sandbox(pipeline, OTHER, bot).sandbox
@@ -200,8 +199,8 @@ def test_what_boxyard_does_itself_is_not_a_loss(
 
     services.close_sandbox(closed, bot)
     old_container = restarted.container_id
-    restarted = services.restart_sandbox(row(restarted), alice)
-    services.close_sandbox(destroyed, alice, delete_workspace=True, force=True)
+    restarted = services.restart_sandbox(row(restarted), alice_actor)
+    services.close_sandbox(destroyed, alice_actor, delete_workspace=True, force=True)
     assert docker_engine.inspect_container(old_container) is None
     # Events are handled in order: once the marker's kill is handled, so were the others.
     docker("kill", marker.container_id)
@@ -517,31 +516,4 @@ def test_the_stream_outlives_quiet_windows_and_gives_each_event_once(
         ("die", api_name),
         ("destroy", api_name),
         ("start", later),
-    ]
-
-
-def test_the_fake_runtime_tells_a_follower_what_the_engine_would(
-    fake_runtime, pipeline, bot, monkeypatch
-) -> None:
-    """The fake honours the same contract, for pure-logic tests that want a follower."""
-    # The fake's agent volume must not be remembered for the real engine's later sandboxes.
-    monkeypatch.setattr(agent, "_volumes", {})
-    follower = Follower().start()
-    try:
-        assert follower.following.wait(10)
-        killed = services.open_sandbox(pipeline, CHAT, bot).sandbox
-        closed = services.open_sandbox(pipeline, OTHER, bot).sandbox
-        services.close_sandbox(closed, bot)
-        fake_runtime.kill(killed.container_id)
-        assert lost_within(killed, BOUND_SECONDS) < BOUND_SECONDS
-    finally:
-        follower.stop()
-    assert row(closed).stop_reason == StopReason.CLOSED
-    assert [e.action for e in fake_runtime.happened] == [
-        "start",
-        "start",
-        "die",
-        "destroy",
-        "die",
-        "destroy",
     ]
