@@ -4,6 +4,7 @@ the agents of sandboxes on either host. Runs where REDIS_URL is set on PostgreSQ
 `bin/with-postgres bin/with-redis bin/test`)."""
 
 import json
+import socket
 from typing import Any
 
 import redis
@@ -47,6 +48,16 @@ def _queued_boots(queue: str) -> list[str]:
     ]
 
 
+def _consumes(worker: str, queue: str) -> bool:
+    """Whether the cluster's worker `worker` consumes `queue` now, as it answers Celery's
+    remote control (a worker that has not started, or does not serve it, says no)."""
+    from config.celery import app
+
+    destination = f"{worker}@{socket.gethostname()}"
+    answers = app.control.inspect(destination=[destination], timeout=1).active_queues() or {}
+    return queue in {bound["name"] for bound in answers.get(destination, [])}
+
+
 def _status(bot: Any, sandbox_id: str) -> str:
     return str(bot.get(f"/sandboxes/{sandbox_id}").json()["status"])
 
@@ -61,6 +72,8 @@ def test_each_hosts_boots_run_in_the_workers_that_serve_it(
     disks = {"BOXYARD_DISK_IMAGE": settings.BOXYARD_DISK_IMAGE}
     cluster.worker("worker-local", BOXYARD_WORKER_HOSTS=local.name, **disks)
     serving_second = cluster.worker("worker-second", BOXYARD_WORKER_HOSTS=second_host.name, **disks)
+    queue = f"boxyard-{DEPLOYMENT}.host.{second_host.name}"  # the cluster's name for it
+    _wait(lambda: _consumes("worker-second", queue), 60, cluster)
     zoned = make_pipeline(slug="zoned", host_labels={"zone": "b"})
     anywhere = make_pipeline(slug="anywhere")
     DockerHost.objects.filter(pk=second_host.pk).update(labels={"zone": "b"})
@@ -79,11 +92,11 @@ def test_each_hosts_boots_run_in_the_workers_that_serve_it(
         _wait(lambda: _status(on_local, elsewhere) == "running", 60, cluster)
         # Its boot task is still in the queue's list in Redis: no worker took it (a worker
         # that had taken it would have moved it out, to its unacknowledged messages).
-        queue = f"boxyard-{DEPLOYMENT}.host.{second_host.name}"  # the cluster's name for it
         assert [waiting in args for args in _queued_boots(queue)] == [True]
         assert _status(on_second, waiting) == "creating"
         # ... and a worker that serves it takes them up.
         cluster.worker("worker-second-again", BOXYARD_WORKER_HOSTS=second_host.name, **disks)
+        _wait(lambda: _consumes("worker-second-again", queue), 60, cluster)
         _wait(lambda: _status(on_second, waiting) == "running", 60, cluster)
 
 
