@@ -91,8 +91,7 @@ def test_a_change_records_who_changed_what(pipeline, alice_actor) -> None:
     [changed] = _events()
     assert changed.action == "pipeline.changed" and changed.actor == "admin:alice"
     assert changed.pipeline_id == pipeline.pk
-    # Exactly what changed, before and after; the unchanged memory is not named; no "via"
-    # when none was given.
+    # Exactly what changed, before and after; not the unchanged memory; no "via" unless given.
     assert changed.detail == {"changes": {"cpus": [1.0, 2.0], "name": ["", "Support desk"]}}
 
 

@@ -44,14 +44,19 @@ from sandboxes.runtime.docker import DockerRuntime
 from sandboxes.services import watching
 from sandboxes.services.watching import Follower
 from tests.conftest import CHAT, DEPLOYMENT, database_url, wait_for
+from tests.security.engine import (  # noqa: F401 - handled: a fixture
+    BOUND_SECONDS,
+    docker,
+    handled,
+    handled_by_all,
+    marker,
+)
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
 
 REPO = Path(__file__).resolve().parents[2]
 
 OTHER = {"launcher_type": "group", "launcher_id": "other"}
-# What the test asserts; the benchmark measures the real figure (well under a second).
-BOUND_SECONDS = 5
 
 
 @pytest.fixture
@@ -64,14 +69,6 @@ def follower(docker_engine: Any) -> Iterator[Follower]:
     assert not running.alive
 
 
-def docker(*argv: str) -> None:
-    """The docker command line: someone acting on the engine behind Boxyard's back."""
-    env = dict(os.environ)
-    if settings.BOXYARD_DOCKER_HOST:
-        env["DOCKER_HOST"] = settings.BOXYARD_DOCKER_HOST
-    subprocess.run(["docker", *argv], check=True, capture_output=True, env=env, timeout=60)
-
-
 def row(sandbox: Sandbox) -> Sandbox:
     return Sandbox.objects.select_related("pipeline").get(pk=sandbox.pk)
 
@@ -82,38 +79,6 @@ def lost_within(sandbox: Sandbox, seconds: float) -> float:
         seconds,
         lambda: f"the sandbox is {row(sandbox).state} ({row(sandbox).stop_reason or 'no reason'})",
     )
-
-
-@pytest.fixture
-def handled(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
-    """The events the followers of this process handled, as (action, container name), in
-    the order they were handled (each follower handles its stream's events in order)."""
-    seen: list[tuple[str, str]] = []
-
-    def recording(event: Any) -> bool:
-        try:
-            return original(event)
-        finally:
-            seen.append((event.action, event.name))
-
-    original = watching.handle
-    monkeypatch.setattr(watching, "handle", recording)
-    return seen
-
-
-def marker() -> str:
-    """A container of this deployment that starts and ends at once: its "die" comes in the
-    engine's stream after every event before it (a follower that handled it has handled
-    those)."""
-    name = f"marker-{uuid.uuid4().hex[:8]}"
-    labels = [f"--label={key}={value}" for key, value in labels_for().items()]
-    docker("run", "--rm", "--name", name, *labels, settings.BOXYARD_TEST_IMAGE, "true")
-    return name
-
-
-def handled_by_all(handled: list[tuple[str, str]], name: str, followers: int = 1) -> None:
-    """Until every one of `followers` has handled the marker `name`'s "die"."""
-    wait_for(lambda: handled.count(("die", name)) >= followers, BOUND_SECONDS, lambda: f"{handled}")
 
 
 def stopped_events(sandbox: Sandbox) -> list[Event]:
