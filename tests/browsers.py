@@ -53,7 +53,7 @@ def shoot(page: Any, name: str) -> None:
 
 
 @pytest.fixture
-def alice(django_user_model: Any) -> Any:
+def alice_user(django_user_model: Any) -> Any:
     """The admin; made before the browser starts (Playwright runs an event loop in this
     thread, where Django refuses database calls)."""
     return django_user_model.objects.create_user("alice", password=PASSWORD, is_staff=True)

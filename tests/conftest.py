@@ -5,6 +5,7 @@ every container and volume they make carries this test session's deployment labe
 removed after each test.
 """
 
+import asyncio
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -177,7 +178,7 @@ def docker_engine(engine: Any) -> Iterator[Any]:
 
 
 @pytest.fixture
-def admin(django_user_model: Any) -> Client:
+def admin_client(django_user_model: Any) -> Client:
     """Alice, an administrator, logged in to the dashboard."""
     user = django_user_model.objects.create_user("alice", password="s3cret-pass", is_staff=True)
     client = Client()
@@ -199,7 +200,7 @@ def bot() -> Actor:
 
 
 @pytest.fixture
-def alice() -> Actor:
+def alice_actor() -> Actor:
     """An admin."""
     return Actor("admin", "alice")
 
@@ -236,6 +237,16 @@ def wait_for(condition: Callable[[], bool], seconds: float, why: Callable[[], st
             raise AssertionError(f"not done within {seconds} s\n{why()}")
         time.sleep(0.1)
     return time.monotonic() - started
+
+
+async def until(condition: Callable[[], bool], seconds: float = 5) -> None:
+    """`wait_for` inside an event loop: poll `condition()` every 10 ms, yielding the loop;
+    fail after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not done within {seconds} s")
+        await asyncio.sleep(0.01)
 
 
 def database_url() -> str:

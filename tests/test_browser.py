@@ -11,7 +11,6 @@ from `BOXYARD_SCREENSHOTS=docs/screenshots bin/test tests/test_browser.py`).
 
 import hashlib
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from sandboxes import services
 from sandboxes.services import Actor
 from tests.browsers import (  # noqa: F401
     BROWSER,
-    alice,
+    alice_user,
     browser,
     confirm,
     log_in,
@@ -41,7 +40,7 @@ pytestmark = BROWSER
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_an_admin_steps_in_and_hands_back(alice, server, browser, tmp_path) -> None:
+def test_an_admin_steps_in_and_hands_back(alice_user, server, browser, tmp_path) -> None:
     page = browser.new_page(viewport={"width": 1280, "height": 900}, accept_downloads=True)
     page.set_default_timeout(20_000)
 
@@ -68,8 +67,10 @@ def test_an_admin_steps_in_and_hands_back(alice, server, browser, tmp_path) -> N
     )
 
     # The bot opens a sandbox: it appears in the open fleet page, with no reload.
-    page.goto(f"{server.url}/")
-    time.sleep(1)  # the page's websocket connects
+    with page.expect_websocket() as live:
+        page.goto(f"{server.url}/")
+    # Its first push has come: the page's websocket is connected and joined its groups.
+    live.value.wait_for_event("framereceived")
     chat = {"launcher_type": "group", "launcher_id": "42", "sender_id": "alice"}
     opened = bot.post("/sandboxes/open", json={"pipeline": "support", "variables": chat})
     assert opened.status_code == 200, opened.text
@@ -167,7 +168,7 @@ MARKS = {0: b"first bytes", GIB // 2 + 3: b"the middle", GIB - 10: b"last bytes"
 
 
 @pytest.fixture
-def roomy(alice: Any, server: Server, make_pipeline: Any) -> tuple[str, str]:
+def roomy(alice_user: Any, server: Server, make_pipeline: Any) -> tuple[str, str]:
     """A chat's sandbox with room for 1 GiB (its pipeline's workspace holds 2 GiB) and its bot's
     token; made, like alice, before the browser starts."""
     pipeline = make_pipeline(slug="roomy", workspace_mb=2048)
@@ -193,7 +194,7 @@ def watch_progress(page: Any) -> None:
 
 
 def test_the_scope_fields_are_one_choice_and_save_what_they_show(
-    alice, presets, server, browser
+    alice_user, presets, server, browser
 ) -> None:
     assert len(presets) >= 2
     page = browser.new_page(viewport={"width": 1280, "height": 900})
@@ -226,7 +227,7 @@ def test_the_scope_fields_are_one_choice_and_save_what_they_show(
     page.close()
 
 
-def test_a_missing_page_is_a_page_of_the_site(alice, server, browser) -> None:
+def test_a_missing_page_is_a_page_of_the_site(alice_user, server, browser) -> None:
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     page.set_default_timeout(20_000)
     log_in(page, server.url)

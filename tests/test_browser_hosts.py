@@ -16,7 +16,7 @@ from hosts import keeper, services
 from hosts.engines import forget_all
 from pipelines.models import PipelineToken
 from sandboxes import services as sandbox_services
-from tests.browsers import BROWSER, alice, browser, confirm, log_in, server, shoot  # noqa: F401
+from tests.browsers import BROWSER, alice_user, browser, confirm, log_in, server, shoot  # noqa: F401
 from tests.conftest import CHAT
 from tests.engines import SecondEngine, second_engine  # noqa: F401 - fixtures
 from tests.servers import Server
@@ -27,7 +27,7 @@ pytestmark = BROWSER
 
 @pytest.fixture
 def two_hosts(
-    alice: Any, server: Server, second_engine: SecondEngine, make_pipeline: Any
+    alice_user: Any, server: Server, second_engine: SecondEngine, make_pipeline: Any
 ) -> Iterator[str]:
     """`local` with two sandboxes of `support`, `second` (zone b, 8 CPUs and 16 GiB for
     sandboxes) with two of `zoned`, both read by a health check; a token of `support`'s bot.

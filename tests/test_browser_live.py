@@ -9,14 +9,16 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.browsers import BROWSER, alice, bot_of, browser, confirm, log_in, open_tab, server  # noqa: F401
+from tests.browsers import BROWSER, alice_user, bot_of, browser, confirm, log_in, open_tab, server  # noqa: F401
 from tests.servers import Server
 
 pytestmark = BROWSER
 
 
 @pytest.fixture
-def bot_api(alice: Any, server: Server, make_pipeline: Any) -> Iterator[tuple[httpx.Client, str]]:
+def bot_api(
+    alice_user: Any, server: Server, make_pipeline: Any
+) -> Iterator[tuple[httpx.Client, str]]:
     """The bot of a pipeline with a managed process that keeps dying, and its open sandbox;
     made, like alice, before the browser starts."""
     pipeline = make_pipeline(

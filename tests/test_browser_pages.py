@@ -11,7 +11,7 @@ from hosts import services as hosts
 from pipelines.models import PipelineToken
 from sandboxes import services
 from sandboxes.services import Actor
-from tests.browsers import BROWSER, PASSWORD, alice, browser, log_in, server, shoot  # noqa: F401
+from tests.browsers import BROWSER, PASSWORD, alice_user, browser, log_in, server, shoot  # noqa: F401
 from tests.conftest import CHAT
 from tests.servers import Server
 
@@ -24,7 +24,7 @@ SHOTS: dict[str, str] = {}
 
 
 @pytest.fixture
-def pages(alice: Any, server: Server, make_pipeline: Any) -> list[str]:
+def pages(alice_user: Any, server: Server, make_pipeline: Any) -> list[str]:
     """The dashboard's pages over real data: a running sandbox with commands and a file, a
     stopped one, a pipeline with a token, a second Docker host that is draining (and, as
     nothing answers at its address, soon down); made before the browser starts."""

@@ -6,13 +6,13 @@ from urllib.parse import parse_qs, urlsplit
 
 from pipelines import scope
 from pipelines.views import SAMPLE_CHATS
-from tests.browsers import BROWSER, alice, browser, log_in, presets, server  # noqa: F401
+from tests.browsers import BROWSER, alice_user, browser, log_in, presets, server  # noqa: F401
 
 pytestmark = BROWSER
 
 
 def test_picking_a_preset_previews_its_keys_without_an_error(
-    alice, presets, server, browser
+    alice_user, presets, server, browser
 ) -> None:
     assert len(presets) >= 2
     page: Any = browser.new_page(viewport={"width": 1280, "height": 900})

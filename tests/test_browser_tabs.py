@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.browsers import BROWSER, alice, bot_of, browser, log_in, open_tab, server  # noqa: F401
+from tests.browsers import BROWSER, alice_user, bot_of, browser, log_in, open_tab, server  # noqa: F401
 from tests.servers import Server
 
 pytestmark = BROWSER
@@ -21,7 +21,9 @@ TABS = ["overview", "terminal", "files", "processes", "commands", "events"]
 
 
 @pytest.fixture
-def bot_api(alice: Any, server: Server, make_pipeline: Any) -> Iterator[tuple[httpx.Client, str]]:
+def bot_api(
+    alice_user: Any, server: Server, make_pipeline: Any
+) -> Iterator[tuple[httpx.Client, str]]:
     """A bot and the sandbox it opened; made, like alice, before the browser starts."""
     with bot_of(server, make_pipeline(slug="support")) as bot:
         yield bot

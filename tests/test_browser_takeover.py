@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.browsers import BROWSER, alice, bot_of, browser, confirm, log_in, open_tab  # noqa: F401
+from tests.browsers import BROWSER, alice_user, bot_of, browser, confirm, log_in, open_tab  # noqa: F401
 from tests.servers import Server, served
 
 pytestmark = BROWSER
@@ -25,7 +25,7 @@ def server(tmp_path: Path, docker_engine: Any) -> Iterator[Server]:
 
 
 @pytest.fixture
-def bot_api(alice: Any, server: Server, pipeline: Any) -> Iterator[tuple[httpx.Client, str]]:
+def bot_api(alice_user: Any, server: Server, pipeline: Any) -> Iterator[tuple[httpx.Client, str]]:
     with bot_of(server, pipeline) as bot:
         yield bot
 

@@ -37,11 +37,11 @@ def test_every_page_wants_an_admin(django_user_model) -> None:
 
 
 @pytest.mark.django_db
-def test_errors_are_pages_of_the_site(admin, django_user_model) -> None:
+def test_errors_are_pages_of_the_site(admin_client, django_user_model) -> None:
     from django.test import RequestFactory
     from django.views.defaults import server_error
 
-    missing = admin.get("/pipelines/no-such-pipeline/")
+    missing = admin_client.get("/pipelines/no-such-pipeline/")
     page = missing.content.decode()
     assert missing.status_code == 404
     assert 'data-testid="error-title">Not found<' in page
@@ -78,19 +78,19 @@ def test_changes_need_the_csrf_token(django_user_model, pipeline) -> None:
 
 
 @pytest.mark.django_db
-def test_a_pipeline_is_made_with_a_custom_scope(admin) -> None:
-    form = admin.get("/pipelines/new")
+def test_a_pipeline_is_made_with_a_custom_scope(admin_client) -> None:
+    form = admin_client.get("/pipelines/new")
     assert b"Per chat (recommended)" in form.content  # the presets, labelled
-    preview = admin.get(
+    preview = admin_client.get(
         "/pipelines/scope-preview",
         {"scope_preset": "custom", "scope_template": "{sender_id}:{query_id}"},
     )
     assert b"alice:m-1" in preview.content and b"bob:m-2" in preview.content
-    broken = admin.get(
+    broken = admin_client.get(
         "/pipelines/scope-preview", {"scope_preset": "custom", "scope_template": "{nope}"}
     )
     assert b"nope" in broken.content and b'role="alert"' in broken.content
-    saved = admin.post(
+    saved = admin_client.post(
         "/pipelines/new",
         _pipeline_form(
             slug="helpdesk", scope_preset="custom", scope_template="{sender_id}:{query_id}"
@@ -101,24 +101,24 @@ def test_a_pipeline_is_made_with_a_custom_scope(admin) -> None:
 
 
 @pytest.mark.django_db
-def test_the_scope_saved_is_the_scope_shown(admin) -> None:
+def test_the_scope_saved_is_the_scope_shown(admin_client) -> None:
     """A template typed while the select still names a preset is neither dropped for the
     preset nor saved behind its back: the preview and Save refuse it, and nothing is saved."""
-    form = admin.get("/pipelines/new").content.decode()
+    form = admin_client.get("/pipelines/new").content.decode()
     assert scope_field(form) == "{launcher_type}_{launcher_id}"  # the default preset, written out
     mixed = {"scope_preset": "{launcher_type}_{launcher_id}", "scope_template": "{sender_id}"}
-    preview = admin.get("/pipelines/scope-preview", mixed).content.decode()
+    preview = admin_client.get("/pipelines/scope-preview", mixed).content.decode()
     assert "not the preset chosen" in preview and 'data-testid="scope-key"' not in preview
-    refused = admin.post("/pipelines/new", _pipeline_form(slug="mixed", **mixed))
+    refused = admin_client.post("/pipelines/new", _pipeline_form(slug="mixed", **mixed))
     assert refused.status_code == 200 and "not the preset chosen" in refused.content.decode()
     assert not Pipeline.objects.filter(slug="mixed").exists()
     for typed in ("", "{launcher_type}_{launcher_id}"):  # the preset alone, or written out
         preset = {"scope_preset": "{launcher_type}_{launcher_id}", "scope_template": typed}
-        preview = admin.get("/pipelines/scope-preview", preset).content.decode()
+        preview = admin_client.get("/pipelines/scope-preview", preset).content.decode()
         assert "group_42" in preview
-    saved = admin.post("/pipelines/new", _pipeline_form(slug="kept", scope_template=""))
+    saved = admin_client.post("/pipelines/new", _pipeline_form(slug="kept", scope_template=""))
     assert saved.status_code == 302
-    page = admin.get("/pipelines/kept/").content.decode()
+    page = admin_client.get("/pipelines/kept/").content.decode()
     assert scope_field(page) == "{launcher_type}_{launcher_id}"
 
 
@@ -131,8 +131,10 @@ def scope_field(page: str) -> str:
 
 
 @pytest.mark.django_db
-def test_a_bad_pipeline_is_refused_field_by_field_and_nothing_is_saved(admin, settings) -> None:
-    answer = admin.post(
+def test_a_bad_pipeline_is_refused_field_by_field_and_nothing_is_saved(
+    admin_client, settings
+) -> None:
+    answer = admin_client.post(
         "/pipelines/new",
         _pipeline_form(
             slug="bad",
@@ -149,18 +151,18 @@ def test_a_bad_pipeline_is_refused_field_by_field_and_nothing_is_saved(admin, se
 
 
 @pytest.mark.django_db
-def test_a_token_is_shown_once_and_can_be_revoked(admin, pipeline) -> None:
-    created = admin.post(f"/pipelines/{pipeline.slug}/tokens", {"name": "bot"})
+def test_a_token_is_shown_once_and_can_be_revoked(admin_client, pipeline) -> None:
+    created = admin_client.post(f"/pipelines/{pipeline.slug}/tokens", {"name": "bot"})
     plaintext = created.content.decode().split('data-testid="new-token">')[1].split("<")[0]
     token = PipelineToken.objects.get(pipeline=pipeline)
     assert (
         plaintext.startswith("byd_")
-        and plaintext not in admin.get(f"/pipelines/{pipeline.slug}/").content.decode()
+        and plaintext not in admin_client.get(f"/pipelines/{pipeline.slug}/").content.decode()
     )
     assert (
         Client(HTTP_AUTHORIZATION=f"Bearer {plaintext}").get("/api/v1/sandboxes").status_code == 200
     )
-    admin.post(f"/pipelines/{pipeline.slug}/tokens/{token.pk}/revoke")
+    admin_client.post(f"/pipelines/{pipeline.slug}/tokens/{token.pk}/revoke")
     assert (
         Client(HTTP_AUTHORIZATION=f"Bearer {plaintext}").get("/api/v1/sandboxes").status_code == 401
     )
@@ -203,30 +205,32 @@ def _pipeline_form(**changes: str) -> dict[str, str]:
 @pytest.mark.docker
 @pytest.mark.django_db
 def test_the_fleet_lists_and_filters_sandboxes(
-    admin, pipeline, make_pipeline, bot, docker_engine
+    admin_client, pipeline, make_pipeline, bot, docker_engine
 ) -> None:
     services.open_sandbox(pipeline, CHAT, bot)
     services.open_sandbox(make_pipeline(slug="billing"), OTHER, bot)
-    page = admin.get("/").content.decode()
+    page = admin_client.get("/").content.decode()
     assert "group_123456" in page and "group_other" in page
-    only = admin.get("/", {"pipeline": "billing"}).content.decode()
+    only = admin_client.get("/", {"pipeline": "billing"}).content.decode()
     assert "group_other" in only and "group_123456" not in only
-    assert "group_123456" in admin.get("/", {"q": "1234"}).content.decode()
+    assert "group_123456" in admin_client.get("/", {"q": "1234"}).content.decode()
 
 
 @pytest.mark.docker
 @pytest.mark.django_db(transaction=True)
-def test_a_takeover_refuses_the_bot_until_release(admin, pipeline, bot, docker_engine) -> None:
+def test_a_takeover_refuses_the_bot_until_release(
+    admin_client, pipeline, bot, docker_engine
+) -> None:
     sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
     token = PipelineToken.issue(pipeline, name="bot")[1]
     api = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
     exec_path = f"/api/v1/sandboxes/{sandbox.pk}/exec"
-    admin.post(f"/sandboxes/{sandbox.pk}/takeover")
-    page = admin.get(f"/sandboxes/{sandbox.pk}/").content.decode()
+    admin_client.post(f"/sandboxes/{sandbox.pk}/takeover")
+    page = admin_client.get(f"/sandboxes/{sandbox.pk}/").content.decode()
     assert "admin:alice" in page and "taken over from" in page
     refused = api.post(exec_path, {"cmd": "true"}, content_type="application/json")
     assert refused.status_code == 423 and "admin:alice" in refused.json()["error"]["message"]
-    admin.post(f"/sandboxes/{sandbox.pk}/release")
+    admin_client.post(f"/sandboxes/{sandbox.pk}/release")
     allowed = api.post(exec_path, {"cmd": "echo back"}, content_type="application/json")
     assert allowed.status_code == 200 and allowed.json()["stdout"] == "back\n"
     actions = set(Event.objects.filter(sandbox=sandbox).values_list("action", flat=True))
@@ -236,16 +240,16 @@ def test_a_takeover_refuses_the_bot_until_release(admin, pipeline, bot, docker_e
 @pytest.mark.docker
 @pytest.mark.django_db(transaction=True)
 def test_restart_keeps_the_workspace_and_destroy_removes_it(
-    admin, pipeline, bot, docker_engine
+    admin_client, pipeline, bot, docker_engine
 ) -> None:
     sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
     services.run_exec(sandbox, services.clean_request(sandbox, cmd="echo kept > a.txt"), bot)
-    admin.post(f"/sandboxes/{sandbox.pk}/restart")
+    admin_client.post(f"/sandboxes/{sandbox.pk}/restart")
     restarted = Sandbox.objects.select_related("pipeline").get(pk=sandbox.pk)
     assert (restarted.state, restarted.generation) == (State.RUNNING, 2)
     again = services.run_exec(restarted, services.clean_request(restarted, cmd="cat a.txt"), bot)
     assert again.stdout == "kept\n"
-    admin.post(f"/sandboxes/{sandbox.pk}/destroy")
+    admin_client.post(f"/sandboxes/{sandbox.pk}/destroy")
     assert Sandbox.objects.get(pk=sandbox.pk).state == State.DESTROYED
     assert docker_engine.list_containers({"io.boxyard.sandbox": str(sandbox.pk)}) == []
 
@@ -253,15 +257,15 @@ def test_restart_keeps_the_workspace_and_destroy_removes_it(
 @pytest.mark.docker
 @pytest.mark.django_db
 def test_reset_ends_every_process_and_the_page_shows_the_workspace(
-    admin, pipeline, bot, docker_engine
+    admin_client, pipeline, bot, docker_engine
 ) -> None:
     sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
     run = services.run_exec(
         sandbox, services.clean_request(sandbox, cmd="sleep 1000", background=True), bot
     )
-    page = admin.get(f"/sandboxes/{sandbox.pk}/").content.decode()
+    page = admin_client.get(f"/sandboxes/{sandbox.pk}/").content.decode()
     assert 'data-testid="workspace">a disk of 2.0\xa0GB' in page and 'data-testid="reset"' in page
-    answer = admin.post(f"/sandboxes/{sandbox.pk}/reset", {"reason": "stuck"}, follow=True)
+    answer = admin_client.post(f"/sandboxes/{sandbox.pk}/reset", {"reason": "stuck"}, follow=True)
     assert re.search(r"Reset: [1-9]\d* processes ended\.", answer.content.decode())
     assert services.wait_exec(Exec.objects.get(pk=run.pk), 10).state == "killed"
     event = Event.objects.get(sandbox=sandbox, action="sandbox.reset")
@@ -271,14 +275,14 @@ def test_reset_ends_every_process_and_the_page_shows_the_workspace(
 @pytest.mark.docker
 @pytest.mark.django_db
 def test_sessions_find_a_chats_sandboxes_and_what_ran_there(
-    admin, pipeline, bot, docker_engine
+    admin_client, pipeline, bot, docker_engine
 ) -> None:
     sandbox = services.open_sandbox(pipeline, {**CHAT, "conversation_id": "conv-777"}, bot).sandbox
     services.run_exec(sandbox, services.clean_request(sandbox, cmd="echo from-the-bot"), bot)
-    found = admin.get("/sessions/", {"q": "conv-777"}).content.decode()
+    found = admin_client.get("/sessions/", {"q": "conv-777"}).content.decode()
     assert "group_123456" in found
-    assert "from-the-bot" in admin.get(f"/sandboxes/{sandbox.pk}/").content.decode()
-    assert "Nothing found" in admin.get("/sessions/", {"q": "no-such-chat"}).content.decode()
+    assert "from-the-bot" in admin_client.get(f"/sandboxes/{sandbox.pk}/").content.decode()
+    assert "Nothing found" in admin_client.get("/sessions/", {"q": "no-such-chat"}).content.decode()
 
 
 # --- websockets ---------------------------------------------------------------------------------
@@ -311,10 +315,10 @@ def test_websockets_are_for_admins_from_our_own_origin(django_user_model) -> Non
 @pytest.mark.docker
 @pytest.mark.django_db(transaction=True)
 def test_the_fleet_websocket_pushes_a_new_sandbox_then_its_changes(
-    admin, pipeline, bot, docker_engine
+    admin_client, pipeline, bot, docker_engine
 ) -> None:
     async def scenario() -> list[str]:
-        communicator = websocket("/ws/fleet/?state=live", admin)
+        communicator = websocket("/ws/fleet/?state=live", admin_client)
         connected, _ = await communicator.connect()
         assert connected
         first = await communicator.receive_from(timeout=10)
@@ -342,7 +346,7 @@ def test_the_fleet_websocket_pushes_a_new_sandbox_then_its_changes(
 
 @pytest.mark.django_db(transaction=True)
 def test_fleet_pages_share_one_read_of_a_change_and_keep_their_own_filters(
-    admin, make_pipeline, monkeypatch
+    admin_client, make_pipeline, monkeypatch
 ) -> None:
     from sandboxes import dashboard, live
 
@@ -363,7 +367,7 @@ def test_fleet_pages_share_one_read_of_a_change_and_keep_their_own_filters(
 
     async def scenario() -> tuple[list[str], list[str | None]]:
         pages = [
-            websocket(f"/ws/fleet/?{query}", admin)
+            websocket(f"/ws/fleet/?{query}", admin_client)
             for query in (
                 "state=live",
                 "pipeline=billing",
@@ -402,11 +406,11 @@ def test_fleet_pages_share_one_read_of_a_change_and_keep_their_own_filters(
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_fleet_sample_redraws_the_charts_and_totals(admin, pipeline) -> None:
+def test_a_fleet_sample_redraws_the_charts_and_totals(admin_client, pipeline) -> None:
     from sandboxes.services.sampling import sample_fleet
 
     async def scenario() -> str:
-        communicator = websocket("/ws/fleet/?state=live", admin)
+        communicator = websocket("/ws/fleet/?state=live", admin_client)
         assert (await communicator.connect())[0]
         await communicator.receive_from(timeout=10)
         await database_sync_to_async(sample_fleet)()
@@ -422,12 +426,12 @@ def test_a_fleet_sample_redraws_the_charts_and_totals(admin, pipeline) -> None:
 @pytest.mark.docker
 @pytest.mark.django_db(transaction=True)
 def test_the_sandbox_websocket_renders_in_the_admins_language(
-    admin, pipeline, bot, docker_engine
+    admin_client, pipeline, bot, docker_engine
 ) -> None:
     sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
 
     async def scenario() -> str:
-        communicator = websocket(f"/ws/sandboxes/{sandbox.pk}/", admin, django_language="fr")
+        communicator = websocket(f"/ws/sandboxes/{sandbox.pk}/", admin_client, django_language="fr")
         await communicator.connect()
         message = await communicator.receive_from(timeout=10)
         await communicator.disconnect()

@@ -23,10 +23,10 @@ def sandbox(pipeline, bot, docker_engine) -> Sandbox:
     return services.open_sandbox(pipeline, CHAT, bot).sandbox
 
 
-def buttons(admin: Client, sandbox: Sandbox) -> dict[str, dict[str, Any]]:
+def buttons(admin_client: Client, sandbox: Sandbox) -> dict[str, dict[str, Any]]:
     """Each action's button as the page shows it: its label, whether it is enabled, why not,
     and the question its form asks."""
-    page = admin.get(f"/sandboxes/{sandbox.pk}/").content.decode()
+    page = admin_client.get(f"/sandboxes/{sandbox.pk}/").content.decode()
     page = page[page.index('<section id="sandbox-status"') :]
     page = page[: page.index("</section>")]
     found = {}
@@ -55,8 +55,8 @@ def said(answer: Any) -> str:
     return html.unescape(re.sub(r"<[^>]+>", "", found.group(1))).strip() if found else ""
 
 
-def test_the_buttons_apply_to_the_sandbox_as_it_is_or_say_why_not(admin, sandbox) -> None:
-    shown = buttons(admin, sandbox)
+def test_the_buttons_apply_to_the_sandbox_as_it_is_or_say_why_not(admin_client, sandbox) -> None:
+    shown = buttons(admin_client, sandbox)
     assert set(shown) == {
         "takeover", "release", "renew", "restart", "reset", "move", "stop", "destroy",
     }  # fmt: skip
@@ -78,16 +78,16 @@ def test_the_buttons_apply_to_the_sandbox_as_it_is_or_say_why_not(admin, sandbox
     assert "cannot be brought back" in shown["destroy"]["asks"]
     assert shown["restart"]["label"] == "Restart" and shown["restart"]["asks"]
 
-    admin.post(f"/sandboxes/{sandbox.pk}/takeover")
-    mine = buttons(admin, sandbox)
+    admin_client.post(f"/sandboxes/{sandbox.pk}/takeover")
+    mine = buttons(admin_client, sandbox)
     assert (mine["takeover"]["enabled"], mine["takeover"]["why"]) == (
         False,
         "You hold its lease already.",
     )
     assert mine["renew"]["enabled"] and mine["release"]["asks"] == ""  # one's own: no question
 
-    admin.post(f"/sandboxes/{sandbox.pk}/stop")
-    stopped = buttons(admin, sandbox)
+    admin_client.post(f"/sandboxes/{sandbox.pk}/stop")
+    stopped = buttons(admin_client, sandbox)
     assert stopped["restart"]["label"] == "Start" and stopped["restart"]["enabled"]
     for name in ("reset", "stop"):
         assert (stopped[name]["enabled"], stopped[name]["why"]) == (
@@ -97,7 +97,7 @@ def test_the_buttons_apply_to_the_sandbox_as_it_is_or_say_why_not(admin, sandbox
     assert stopped["release"]["why"] == "Nobody holds its lease."
 
 
-def test_every_action_says_what_it_did(admin, sandbox) -> None:
+def test_every_action_says_what_it_did(admin_client, sandbox) -> None:
     base = f"/sandboxes/{sandbox.pk}"
     outcomes = {
         "takeover": "You hold the lease of group_123456: the bot's changes are refused",
@@ -108,40 +108,40 @@ def test_every_action_says_what_it_did(admin, sandbox) -> None:
         "destroy": "group_123456 is destroyed, with its workspace.",
     }
     for action, outcome in outcomes.items():
-        answer = admin.post(f"{base}/{action}", follow=True)
+        answer = admin_client.post(f"{base}/{action}", follow=True)
         assert outcome in said(answer), (action, said(answer))
     assert Sandbox.objects.get(pk=sandbox.pk).state == State.DESTROYED
     # What cannot be done says why, and changes nothing.
-    answer = admin.post(f"{base}/reset", follow=True)
+    answer = admin_client.post(f"{base}/reset", follow=True)
     assert "destroyed" in said(answer)
 
 
-def test_destroy_selected_with_nothing_selected_destroys_nothing(admin, sandbox) -> None:
-    answer = admin.post("/fleet/destroy", {"next": "/?state=live"})
+def test_destroy_selected_with_nothing_selected_destroys_nothing(admin_client, sandbox) -> None:
+    answer = admin_client.post("/fleet/destroy", {"next": "/?state=live"})
     assert answer.status_code == 302 and answer["Location"] == "/?state=live"
-    assert "nothing was destroyed" in said(admin.get("/"))
+    assert "nothing was destroyed" in said(admin_client.get("/"))
     assert Sandbox.objects.get(pk=sandbox.pk).state == State.RUNNING
     # `next` leads back to a page of this site only.
-    away = admin.post("/fleet/destroy", {"next": "https://evil.example/"})
+    away = admin_client.post("/fleet/destroy", {"next": "https://evil.example/"})
     assert away["Location"] == "/"
 
 
-def test_run_as_me_answers_in_place(admin, sandbox, pipeline) -> None:
+def test_run_as_me_answers_in_place(admin_client, sandbox, pipeline) -> None:
     htmx = {"HTTP_HX_REQUEST": "true"}
     run = f"/sandboxes/{sandbox.pk}/run"
     # Without the lease: the bot holds it; the refusal is shown where the output would be.
-    refused = admin.post(run, {"cmd": "echo hi"}, **htmx)
+    refused = admin_client.post(run, {"cmd": "echo hi"}, **htmx)
     assert refused.status_code == 200 and 'role="alert"' in refused.content.decode()
     assert "leased to group_123456" in refused.content.decode()
-    admin.post(f"/sandboxes/{sandbox.pk}/takeover")
-    answer = admin.post(run, {"cmd": "echo out; echo err >&2; exit 3"}, **htmx)
+    admin_client.post(f"/sandboxes/{sandbox.pk}/takeover")
+    answer = admin_client.post(run, {"cmd": "echo out; echo err >&2; exit 3"}, **htmx)
     text = answer.content.decode()
     assert answer.status_code == 200 and text.startswith('<div id="run-result"')
     assert "exit code 3" in text
     assert re.search(r'data-testid="run-stdout">out\n</pre>', text)
     assert re.search(r'data-testid="run-stderr">err\n</pre>', text)
     # Without the page's script: the page again, with the exit code.
-    plain = admin.post(run, {"cmd": "true"}, follow=True)
+    plain = admin_client.post(run, {"cmd": "true"}, follow=True)
     assert "Exit code 0." in said(plain)
     token = PipelineToken.issue(pipeline, name="bot")[1]
     bot_api = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
@@ -153,9 +153,11 @@ def test_run_as_me_answers_in_place(admin, sandbox, pipeline) -> None:
     )
 
 
-def test_revoking_a_token_and_deleting_a_pipeline_ask_first(admin, sandbox, pipeline) -> None:
+def test_revoking_a_token_and_deleting_a_pipeline_ask_first(
+    admin_client, sandbox, pipeline
+) -> None:
     token = PipelineToken.issue(pipeline, name="bot")[0]
-    page = html.unescape(admin.get(f"/pipelines/{pipeline.slug}/").content.decode())
+    page = html.unescape(admin_client.get(f"/pipelines/{pipeline.slug}/").content.decode())
     assert (
         f'data-confirm="Revoke the token {token.prefix}…? Every bot that uses it gets 401 '
         "from its next call on." in page
@@ -166,14 +168,14 @@ def test_revoking_a_token_and_deleting_a_pipeline_ask_first(admin, sandbox, pipe
     )
 
 
-def test_the_lease_shows_the_token_that_took_it(admin, pipeline, bot, docker_engine) -> None:
+def test_the_lease_shows_the_token_that_took_it(admin_client, pipeline, bot, docker_engine) -> None:
     api = Client(HTTP_AUTHORIZATION=f"Bearer {PipelineToken.issue(pipeline)[1]}")
     opened = api.post(
         "/api/v1/sandboxes/open",
         {"pipeline": pipeline.slug, "variables": CHAT},
         content_type="application/json",
     ).json()
-    page = html.unescape(admin.get(f"/sandboxes/{opened['sandbox_id']}/").content.decode())
+    page = html.unescape(admin_client.get(f"/sandboxes/{opened['sandbox_id']}/").content.decode())
     assert re.search(r'data-testid="acquired-by">taken by the token \d+ of support<', page)
-    fleet = html.unescape(admin.get("/").content.decode())
+    fleet = html.unescape(admin_client.get("/").content.decode())
     assert re.search(r"group_123456<br><span class=\"muted\">the token \d+ of support<", fleet)

@@ -64,7 +64,7 @@ def row(page: str, name: str) -> str:
 
 
 @pytest.mark.django_db
-def test_the_hosts_page_shows_each_hosts_capacity_and_use(admin, make_pipeline) -> None:
+def test_the_hosts_page_shows_each_hosts_capacity_and_use(admin_client, make_pipeline) -> None:
     heavy = make_pipeline(slug="heavy", cpus=1.5, memory_mb=512)
     light = make_pipeline(slug="light", cpus=0.5, memory_mb=256)
     local = DockerHost.objects.get(pk=default_host_pk())
@@ -81,7 +81,7 @@ def test_the_hosts_page_shows_each_hosts_capacity_and_use(admin, make_pipeline) 
     put(light, local, "here")
 
     def page() -> str:
-        answer = admin.get("/hosts/")
+        answer = admin_client.get("/hosts/")
         assert answer.status_code == 200
         return answer.content.decode()
 
@@ -112,21 +112,21 @@ def test_the_hosts_page_shows_each_hosts_capacity_and_use(admin, make_pipeline) 
 
 
 @pytest.mark.django_db
-def test_drain_and_undrain_from_the_page_are_the_admins_events(admin, make_pipeline) -> None:
+def test_drain_and_undrain_from_the_page_are_the_admins_events(admin_client, make_pipeline) -> None:
     second = make_host("second")
     put(make_pipeline(), second, "a")
-    page = admin.get("/hosts/").content.decode()
+    page = admin_client.get("/hosts/").content.decode()
     assert (
         'data-confirm="Drain second? No new sandbox is placed there; the 1 sandbox on it stays '
         'until it is closed."' in page
     )
-    drained = admin.post("/hosts/second/drain", {"next": "/hosts/"}, follow=True)
+    drained = admin_client.post("/hosts/second/drain", {"next": "/hosts/"}, follow=True)
     assert drained.redirect_chain == [("/hosts/", 302)]
     said = drained.content.decode()
     assert "second is draining: no new sandbox is placed there; the 1 sandbox on it stays" in said
     assert "badge-draining" in row(said, "second")
     assert DockerHost.objects.get(pk=second.pk).state == HostState.DRAINING
-    undrained = admin.post("/hosts/second/undrain", {"next": "/hosts/second/"}, follow=True)
+    undrained = admin_client.post("/hosts/second/undrain", {"next": "/hosts/second/"}, follow=True)
     assert undrained.redirect_chain == [("/hosts/second/", 302)]
     assert "second is active: new sandboxes may be placed there again." in (
         undrained.content.decode()
@@ -142,9 +142,9 @@ def test_drain_and_undrain_from_the_page_are_the_admins_events(admin, make_pipel
     assert (
         history.index("Active again") < history.index("Draining") and "the admin alice" in history
     )
-    assert admin.post("/hosts/second/explode").status_code == 404
-    assert admin.post("/hosts/nowhere/drain").status_code == 404
-    assert admin.get("/hosts/second/drain").status_code == 405
+    assert admin_client.post("/hosts/second/explode").status_code == 404
+    assert admin_client.post("/hosts/nowhere/drain").status_code == 404
+    assert admin_client.get("/hosts/second/drain").status_code == 405
 
 
 def host_form(**changes: Any) -> dict[str, Any]:
@@ -154,9 +154,9 @@ def host_form(**changes: Any) -> dict[str, Any]:
 
 
 @pytest.mark.django_db
-def test_a_host_is_added_and_edited_as_the_admin_and_its_key_is_never_shown(admin) -> None:
+def test_a_host_is_added_and_edited_as_the_admin_and_its_key_is_never_shown(admin_client) -> None:
     pem = {name: f"-----BEGIN {name}-----\nsecret-{name}\n" for name in ("ca", "cert", "key")}
-    added = admin.post(
+    added = admin_client.post(
         "/hosts/new",
         host_form(name="eu-1", tls_ca=pem["ca"], tls_cert=pem["cert"], tls_key=pem["key"]),
     )
@@ -168,24 +168,24 @@ def test_a_host_is_added_and_edited_as_the_admin_and_its_key_is_never_shown(admi
         20,
     )
     assert host.tls_key == pem["key"] and host.state == HostState.ACTIVE
-    page = admin.get("/hosts/eu-1/").content.decode()
+    page = admin_client.get("/hosts/eu-1/").content.decode()
     assert "Host eu-1 added" in page and "a client certificate is stored" in page
     assert "secret-" not in page  # no stored TLS material goes back to a browser
 
     # Empty TLS boxes keep what is stored; the history names what changed, not the material.
-    edited = admin.post("/hosts/eu-1/", host_form(labels="zone=us", cpus="4", memory_mb=""))
+    edited = admin_client.post("/hosts/eu-1/", host_form(labels="zone=us", cpus="4", memory_mb=""))
     assert edited.status_code == 302
     host.refresh_from_db()
     assert (host.labels, host.cpus, host.tls_key) == ({"zone": "us"}, 4.0, pem["key"])
     change = Event.objects.get(host=host, action="host.changed")
     assert (change.actor, change.detail["fields"]) == ("admin:alice", ["cpus", "labels"])
-    page = admin.get("/hosts/eu-1/").content.decode()
+    page = admin_client.get("/hosts/eu-1/").content.decode()
     assert "Host changed</strong> — CPUs for sandboxes, Labels" in " ".join(page.split())
 
     # Nothing changed: nothing recorded.
-    admin.post("/hosts/eu-1/", host_form(labels="zone=us", cpus="4"))
+    admin_client.post("/hosts/eu-1/", host_form(labels="zone=us", cpus="4"))
     assert Event.objects.filter(host=host, action="host.changed").count() == 1
-    admin.post("/hosts/eu-1/", host_form(labels="zone=us", cpus="4", clear_tls="on"))
+    admin_client.post("/hosts/eu-1/", host_form(labels="zone=us", cpus="4", clear_tls="on"))
     host.refresh_from_db()
     assert (host.tls_ca, host.tls_cert, host.tls_key) == ("", "", "")
 
@@ -202,7 +202,7 @@ def test_a_host_is_added_and_edited_as_the_admin_and_its_key_is_never_shown(admi
     ],
 )
 def test_bad_input_is_refused_beside_its_field_and_nothing_changes(
-    admin, changes: dict[str, str], field: str, said: str
+    admin_client, changes: dict[str, str], field: str, said: str
 ) -> None:
     second = make_host("second", url="tcp://10.0.0.9:2376", labels={"zone": "b"})
     before = DockerHost.objects.values().get(pk=second.pk)
@@ -210,7 +210,7 @@ def test_bad_input_is_refused_beside_its_field_and_nothing_changes(
         ("/hosts/new", host_form(name="eu-1", **changes)),
         ("/hosts/second/", host_form(**changes)),
     ):
-        answer = admin.post(path, form)
+        answer = admin_client.post(path, form)
         assert answer.status_code == 200, path
         page = answer.content.decode()
         box = re.search(rf'<div class="field field-{field} invalid">.*?</div>', page, re.S)
@@ -221,9 +221,9 @@ def test_bad_input_is_refused_beside_its_field_and_nothing_changes(
 
 
 @pytest.mark.django_db
-def test_a_refusal_is_said_in_the_admins_language(admin) -> None:
-    admin.cookies["django_language"] = "zh-hans"
-    refused = admin.post("/hosts/new", host_form(name="eu-1", url="ftp://10.0.0.5")).content
+def test_a_refusal_is_said_in_the_admins_language(admin_client) -> None:
+    admin_client.cookies["django_language"] = "zh-hans"
+    refused = admin_client.post("/hosts/new", host_form(name="eu-1", url="ftp://10.0.0.5")).content
     box = re.search(r'<div class="field field-url invalid">.*?</div>', refused.decode(), re.S)
     assert box is not None
     assert "必须以 unix://, tcp://, ssh://, http://, https:// 之一开头" in box.group(0)
@@ -268,13 +268,15 @@ def fleet_row(page: str, key: str) -> str:
 
 
 @pytest.mark.django_db
-def test_the_fleet_shows_each_sandboxs_host_and_filters_by_host(admin, make_pipeline) -> None:
+def test_the_fleet_shows_each_sandboxs_host_and_filters_by_host(
+    admin_client, make_pipeline
+) -> None:
     pipeline = make_pipeline(slug="support")
     local = DockerHost.objects.get(pk=default_host_pk())
     second = make_host("second", down_since=timezone.now())
     put(pipeline, local, "on-local")
     put(pipeline, second, "on-second")
-    everything = admin.get("/").content.decode()
+    everything = admin_client.get("/").content.decode()
     assert "on-local" in everything and "on-second" in everything
     assert 'data-sort="host"' in everything  # a column of its own, sortable
     cell = re.search(r'<td data-testid="host">.*?</td>', fleet_row(everything, "on-second"), re.S)
@@ -282,21 +284,22 @@ def test_the_fleet_shows_each_sandboxs_host_and_filters_by_host(admin, make_pipe
     assert "badge-down" in cell.group(0)  # the host's trouble, on its sandboxes' rows
     assert re.search(r'<option value="second" translate="no"\s*>second</option>', everything)
 
-    only = admin.get("/", {"host": "second"}).content.decode()
+    only = admin_client.get("/", {"host": "second"}).content.decode()
     assert "on-second" in only and "on-local" not in only
     assert '<option value="second" translate="no" selected>' in only
     assert 'ws-connect="/ws/fleet/?state=live&amp;host=second"' in only  # the live table too
-    assert "on-local" in admin.get("/", {"host": "local"}).content.decode()
+    assert "on-local" in admin_client.get("/", {"host": "local"}).content.decode()
     assert (
-        '<p id="fleet-empty" class="muted">' in admin.get("/", {"host": "nowhere"}).content.decode()
+        '<p id="fleet-empty" class="muted">'
+        in admin_client.get("/", {"host": "nowhere"}).content.decode()
     )
 
 
 @pytest.mark.django_db
-def test_a_sandboxs_page_names_its_host(admin, make_pipeline) -> None:
+def test_a_sandboxs_page_names_its_host(admin_client, make_pipeline) -> None:
     second = make_host("second", state=HostState.DRAINING)
     sandbox = put(make_pipeline(slug="support"), second, "on-second", State.STOPPED)
-    page = admin.get(f"/sandboxes/{sandbox.pk}/").content.decode()
+    page = admin_client.get(f"/sandboxes/{sandbox.pk}/").content.decode()
     host = re.search(r'<dd data-testid="host">.*?</dd>', page, re.S)
     assert host is not None and 'href="/hosts/second/"' in host.group(0)
     assert "badge-draining" in host.group(0)
@@ -310,12 +313,12 @@ def in_thread(function: Any) -> Any:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_an_open_hosts_page_hears_a_drain_and_a_host_going_down(admin) -> None:
+def test_an_open_hosts_page_hears_a_drain_and_a_host_going_down(admin_client) -> None:
     second = make_host("second", last_seen_at=timezone.now() - timedelta(minutes=1))
 
     async def scenario() -> tuple[str, str, str, str]:
-        page = websocket("/ws/hosts/", admin)
-        hosts_page = websocket("/ws/hosts/second/", admin)
+        page = websocket("/ws/hosts/", admin_client)
+        hosts_page = websocket("/ws/hosts/second/", admin_client)
         for socket in (page, hosts_page):
             assert (await socket.connect())[0]
         first = await page.receive_from(timeout=10)
@@ -345,13 +348,13 @@ def test_an_open_hosts_page_hears_a_drain_and_a_host_going_down(admin) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_load_moves_on_an_open_page_at_most_once_a_second(admin, make_pipeline) -> None:
+def test_the_load_moves_on_an_open_page_at_most_once_a_second(admin_client, make_pipeline) -> None:
     pipeline = make_pipeline(slug="support")
     second = make_host("second", max_sandboxes=10)
     made = [put(pipeline, second, f"k{n}", State.CREATING) for n in range(5)]
 
     async def scenario() -> tuple[str, list[str]]:
-        page = websocket("/ws/hosts/", admin)
+        page = websocket("/ws/hosts/", admin_client)
         assert (await page.connect())[0]
         first = await page.receive_from(timeout=10)
         for sandbox in made:  # a burst: each one's row goes from creating to destroyed

@@ -33,12 +33,12 @@ def part(message: str, element_id: str) -> str:
 
 
 def test_a_bots_commands_files_and_sessions_reach_the_open_page(
-    admin, pipeline, bot, docker_engine
+    admin_client, pipeline, bot, docker_engine
 ) -> None:
     sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
 
     async def scenario() -> dict[str, list[str]]:
-        page = websocket(f"/ws/sandboxes/{sandbox.pk}/", admin)
+        page = websocket(f"/ws/sandboxes/{sandbox.pk}/", admin_client)
         assert (await page.connect())[0]
         first = await page.receive_from(timeout=10)
         for element in ("sandbox-status", "execs", "events", "processes-view", "sessions-view"):
@@ -91,12 +91,12 @@ def test_a_bots_commands_files_and_sessions_reach_the_open_page(
 
 
 def test_a_burst_of_commands_is_gathered_into_a_few_renders(
-    admin, pipeline, bot, docker_engine
+    admin_client, pipeline, bot, docker_engine
 ) -> None:
     sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
 
     async def scenario() -> list[str]:
-        page = websocket(f"/ws/sandboxes/{sandbox.pk}/", admin)
+        page = websocket(f"/ws/sandboxes/{sandbox.pk}/", admin_client)
         assert (await page.connect())[0]
         await page.receive_from(timeout=10)
         for number in range(30):
@@ -112,12 +112,12 @@ def test_a_burst_of_commands_is_gathered_into_a_few_renders(
 
 
 def test_commands_move_the_fleets_totals_once_a_second_at_most(
-    admin, pipeline, bot, docker_engine
+    admin_client, pipeline, bot, docker_engine
 ) -> None:
     sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
 
     async def scenario() -> tuple[list[str], float]:
-        fleet = websocket("/ws/fleet/?state=live", admin)
+        fleet = websocket("/ws/fleet/?state=live", admin_client)
         assert (await fleet.connect())[0]
         await fleet.receive_from(timeout=10)
         started = time.monotonic()
@@ -145,7 +145,7 @@ def test_each_kind_of_event_touches_its_parts() -> None:
 
 
 def test_the_pages_of_one_sandbox_share_a_render_each_with_its_own_token(
-    admin, pipeline, bot, docker_engine, monkeypatch
+    admin_client, pipeline, bot, docker_engine, monkeypatch
 ) -> None:
     from django.middleware.csrf import _does_token_match  # the check Django itself applies
 
@@ -161,7 +161,8 @@ def test_the_pages_of_one_sandbox_share_a_render_each_with_its_own_token(
 
     async def scenario() -> list[str]:
         pages = [
-            websocket(f"/ws/sandboxes/{sandbox.pk}/", admin, csrftoken=secret) for secret in secrets
+            websocket(f"/ws/sandboxes/{sandbox.pk}/", admin_client, csrftoken=secret)
+            for secret in secrets
         ]
         for page in pages:
             assert (await page.connect())[0]

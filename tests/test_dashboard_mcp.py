@@ -43,10 +43,10 @@ def block(page: str, testid: str) -> str:
     ],
 )
 def test_the_page_shows_the_url_with_the_scopes_own_variables(
-    admin: Client, make_pipeline: Any, template: str, query: str
+    admin_client: Client, make_pipeline: Any, template: str, query: str
 ) -> None:
     make_pipeline(slug="support", scope_template=template)
-    page = admin.get("/pipelines/support/").content.decode()
+    page = admin_client.get("/pipelines/support/").content.decode()
     url = f"http://testserver/mcp{query}"
     assert f'data-testid="mcp-url">{html.escape(url)}</code>' in page
     servers = json.loads(block(page, "mcp-json"))["mcpServers"]
@@ -59,13 +59,13 @@ def test_the_page_shows_the_url_with_the_scopes_own_variables(
     }
 
 
-def test_the_blocks_are_what_each_client_reads(admin: Client, make_pipeline: Any) -> None:
+def test_the_blocks_are_what_each_client_reads(admin_client: Client, make_pipeline: Any) -> None:
     make_pipeline(
         slug="support",
         exec_timeout_seconds=120,
         processes=[{"name": "notes", "cmd": ["python3", "notes.py"]}],
     )
-    page = admin.get("/pipelines/support/").content.decode()
+    page = admin_client.get("/pipelines/support/").content.decode()
     config = MCPConfig.model_validate(json.loads(block(page, "mcp-json")))
     # fastmcp reads `type` as nothing of its own; it must still take each URL as Streamable HTTP.
     urls = {
@@ -106,19 +106,19 @@ def test_the_blocks_are_what_each_client_reads(admin: Client, make_pipeline: Any
     assert "<code>BOXYARD_MCP_SESSION_IDLE_SECONDS</code>" in note[1]
 
 
-def test_a_new_token_comes_with_its_configuration(admin: Client, make_pipeline: Any) -> None:
+def test_a_new_token_comes_with_its_configuration(admin_client: Client, make_pipeline: Any) -> None:
     make_pipeline(slug="support")
-    page = admin.post("/pipelines/support/tokens", {"name": "bot"}).content.decode()
+    page = admin_client.post("/pipelines/support/tokens", {"name": "bot"}).content.decode()
     token = re.search(r'data-testid="new-token">([^<]+)<', page)
     assert token
     servers = json.loads(block(page, "mcp-json"))["mcpServers"]
     assert servers["boxyard-support"]["headers"] == {"Authorization": f"Bearer {token[1]}"}
 
 
-def test_the_section_speaks_the_admins_language(admin: Client, make_pipeline: Any) -> None:
+def test_the_section_speaks_the_admins_language(admin_client: Client, make_pipeline: Any) -> None:
     make_pipeline(slug="support")
-    admin.post("/i18n/setlang/", {"language": "fr", "next": "/"})
-    page = admin.get("/pipelines/support/").content.decode()
+    admin_client.post("/i18n/setlang/", {"language": "fr", "next": "/"})
+    page = admin_client.get("/pipelines/support/").content.decode()
     assert "Connecter un client MCP" in page
     assert "Dans la gestion MCP de LangBot" in page
     assert "ajoutez-en un nommé <code>boxyard-support</code>" in page

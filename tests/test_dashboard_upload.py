@@ -40,7 +40,7 @@ def admin_user(django_user_model: Any) -> Any:
 
 
 @pytest.fixture
-def admin(admin_user: Any) -> Client:
+def admin_client(admin_user: Any) -> Client:
     client = Client()
     client.force_login(admin_user)
     return client
@@ -89,11 +89,11 @@ def writes(sandbox: Sandbox) -> int:
 
 @pytest.mark.django_db
 def test_an_admin_uploads_the_exact_bytes_and_the_history_says_so(
-    admin: Client, sandbox: Sandbox, alice: Actor
+    admin_client: Client, sandbox: Sandbox, alice_actor: Actor
 ) -> None:
-    services.takeover_lease(sandbox, alice)
+    services.takeover_lease(sandbox, alice_actor)
     body = bytes(range(256)) * 4096 + b"\x00\xff the end"
-    sent = put(admin, sandbox, "/workspace/data/blob.bin", body)
+    sent = put(admin_client, sandbox, "/workspace/data/blob.bin", body)
     assert sent.status_code == 201, sent.content
     sha = hashlib.sha256(body).hexdigest()
     answer = sent.json()
@@ -113,9 +113,9 @@ def test_an_admin_uploads_the_exact_bytes_and_the_history_says_so(
         sha,
     )
     # The same name again replaces the file; an empty file is a file too.
-    assert put(admin, sandbox, "data/blob.bin", b"second").status_code == 201
+    assert put(admin_client, sandbox, "data/blob.bin", b"second").status_code == 201
     assert written(sandbox, "/workspace/data/blob.bin") == b"second"
-    empty = admin.put(  # (the test client says no length for an empty body; a browser does)
+    empty = admin_client.put(  # (the test client says no length for an empty body; a browser does)
         f"/sandboxes/{sandbox.pk}/files/upload?path=empty.txt",
         b"",
         content_type="application/octet-stream",
@@ -127,25 +127,25 @@ def test_an_admin_uploads_the_exact_bytes_and_the_history_says_so(
 
 @pytest.mark.django_db
 def test_only_an_admin_uploads(
-    django_user_model: Any, admin: Client, sandbox: Sandbox, alice: Actor
+    django_user_model: Any, admin_client: Client, sandbox: Sandbox, alice_actor: Actor
 ) -> None:
-    services.takeover_lease(sandbox, alice)
+    services.takeover_lease(sandbox, alice_actor)
     anonymous = put(Client(), sandbox, "/workspace/x.txt", b"anyone")
     assert anonymous.status_code == 302 and anonymous.url.startswith("/login/")
     visitor = Client()
     visitor.force_login(django_user_model.objects.create_user("mallory", password="x"))
     assert put(visitor, sandbox, "/workspace/x.txt", b"mallory").status_code == 403
     # The old multipart form, or any other method, is not an upload.
-    form = admin.post(f"/sandboxes/{sandbox.pk}/files/upload", {"path": "/workspace"})
+    form = admin_client.post(f"/sandboxes/{sandbox.pk}/files/upload", {"path": "/workspace"})
     assert form.status_code == 405
     assert written(sandbox, "/workspace/x.txt") is None and writes(sandbox) == 0
 
 
 @pytest.mark.django_db
 def test_an_upload_needs_the_csrf_token_the_page_gives(
-    admin_user: Any, sandbox: Sandbox, alice: Actor
+    admin_user: Any, sandbox: Sandbox, alice_actor: Actor
 ) -> None:
-    services.takeover_lease(sandbox, alice)
+    services.takeover_lease(sandbox, alice_actor)
     strict = Client(enforce_csrf_checks=True)
     strict.force_login(admin_user)
     page = strict.get(f"/sandboxes/{sandbox.pk}/")
@@ -163,19 +163,19 @@ def test_an_upload_needs_the_csrf_token_the_page_gives(
 
 @pytest.mark.django_db
 def test_the_lease_decides_and_a_refused_upload_changes_nothing(
-    admin: Client, sandbox: Sandbox, alice: Actor
+    admin_client: Client, sandbox: Sandbox, alice_actor: Actor
 ) -> None:
     # The bot holds the lease (as its chat): the admin is told whose it is.
-    busy = put(admin, sandbox, "/workspace/notes.txt", b"too early")
+    busy = put(admin_client, sandbox, "/workspace/notes.txt", b"too early")
     assert busy.status_code == 409, busy.content
     assert busy.json()["error"]["code"] == "lease_busy"
     assert "leased to group_123456" in busy.json()["error"]["message"]  # the chat's bot
     assert written(sandbox, "/workspace/notes.txt") is None
-    services.takeover_lease(sandbox, alice)
-    assert put(admin, sandbox, "/workspace/notes.txt", b"alice's").status_code == 201
+    services.takeover_lease(sandbox, alice_actor)
+    assert put(admin_client, sandbox, "/workspace/notes.txt", b"alice's").status_code == 201
     # Another admin takes it over from alice: her upload is refused until it is released.
     services.takeover_lease(sandbox, Actor("admin", "bob"))
-    taken = put(admin, sandbox, "/workspace/notes.txt", b"alice again")
+    taken = put(admin_client, sandbox, "/workspace/notes.txt", b"alice again")
     assert taken.status_code == 423, taken.content
     assert taken.json()["error"]["code"] == "taken_over"
     assert "admin:bob" in taken.json()["error"]["message"]
@@ -221,11 +221,11 @@ def logged_in(url: str) -> Iterator[httpx.Client]:
 
 @pytest.mark.django_db(transaction=True)
 def test_the_served_upload_streams_into_the_sandbox(
-    admin_user: Any, make_pipeline: Any, bot: Actor, alice: Actor, server: Server
+    admin_user: Any, make_pipeline: Any, bot: Actor, alice_actor: Actor, server: Server
 ) -> None:
     pipeline = make_pipeline(slug="uploads", workspace_mb=128)
     sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
-    services.takeover_lease(sandbox, alice)
+    services.takeover_lease(sandbox, alice_actor)
     url = f"/sandboxes/{sandbox.pk}/files/upload"
 
     def names() -> set[str]:

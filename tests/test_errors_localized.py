@@ -145,10 +145,12 @@ def test_a_message_is_english_as_a_str_and_survives_a_slip_of_its_catalog() -> N
 
 @pytest.mark.django_db(transaction=True)
 def test_the_dashboard_says_a_refusal_in_the_admins_language_the_api_in_english(
-    admin: Client, sandbox: Sandbox, pipeline: Any
+    admin_client: Client, sandbox: Sandbox, pipeline: Any
 ) -> None:
-    admin.cookies["django_language"] = "zh-hans"
-    refused = admin.post(f"/sandboxes/{sandbox.pk}/run", {"cmd": "echo hi"}, HTTP_HX_REQUEST="true")
+    admin_client.cookies["django_language"] = "zh-hans"
+    refused = admin_client.post(
+        f"/sandboxes/{sandbox.pk}/run", {"cmd": "echo hi"}, HTTP_HX_REQUEST="true"
+    )
     alert = re.search(r'<p class="error" role="alert">(.*?)</p>', refused.content.decode(), re.S)
     assert refused.status_code == 200 and alert is not None
     text = html.unescape(alert.group(1))

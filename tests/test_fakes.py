@@ -5,8 +5,15 @@ real engine's side of the same contract is checked in tests/sandboxes/test_runti
 import itertools
 import threading
 import time
+from typing import Any
 
-from sandboxes.runtime import ContainerSpec, labels_for
+import pytest
+
+from sandboxes import services
+from sandboxes.models import Sandbox, StopReason
+from sandboxes.runtime import ContainerSpec, agent, labels_for
+from sandboxes.services.watching import Follower
+from tests.conftest import CHAT, wait_for
 from tests.fakes import FakeRuntime
 
 _names = itertools.count()
@@ -50,3 +57,32 @@ def test_the_event_stream_gives_only_what_carries_every_label() -> None:
     stream.close()
     reader.join(5)
     assert seen == [ours.name, ours.name, ours.name]  # start, die, destroy
+
+
+@pytest.mark.django_db(transaction=True)  # the follower reads the rows from a thread of its own
+def test_the_fake_runtime_tells_a_follower_what_the_engine_would(
+    fake_runtime: FakeRuntime, pipeline: Any, bot: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fake honours the engine's event contract (tests/security/test_engine_events.py),
+    for pure-logic tests that want a follower."""
+    # The fake's agent volume must not be remembered for the real engine's later sandboxes.
+    monkeypatch.setattr(agent, "_volumes", {})
+    follower = Follower().start()
+    try:
+        assert follower.following.wait(10)
+        killed = services.open_sandbox(pipeline, CHAT, bot).sandbox
+        closed = services.open_sandbox(pipeline, {**CHAT, "launcher_id": "other"}, bot).sandbox
+        services.close_sandbox(closed, bot)
+        fake_runtime.kill(killed.container_id)
+        wait_for(lambda: Sandbox.objects.get(pk=killed.pk).stop_reason == StopReason.LOST, 5)
+    finally:
+        follower.stop()
+    assert Sandbox.objects.get(pk=closed.pk).stop_reason == StopReason.CLOSED
+    assert [e.action for e in fake_runtime.happened] == [
+        "start",
+        "start",
+        "die",
+        "destroy",
+        "die",
+        "destroy",
+    ]

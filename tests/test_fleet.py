@@ -97,12 +97,14 @@ def test_pages_hold_50_rows_in_the_order_asked_for(make_pipeline) -> None:
 
 
 @pytest.mark.django_db
-def test_the_page_costs_the_same_queries_at_10_and_300_sandboxes(admin, make_pipeline) -> None:
+def test_the_page_costs_the_same_queries_at_10_and_300_sandboxes(
+    admin_client, make_pipeline
+) -> None:
     pipelines = [make_pipeline(slug="support"), make_pipeline(slug="billing")]
 
     def queries() -> int:
         with CaptureQueriesContext(connection) as captured:
-            page = admin.get("/", {"state": "all", "sort": "-activity", "q": "group"})
+            page = admin_client.get("/", {"state": "all", "sort": "-activity", "q": "group"})
         assert page.status_code == 200
         return len(captured)
 
@@ -113,9 +115,9 @@ def test_the_page_costs_the_same_queries_at_10_and_300_sandboxes(admin, make_pip
 
 
 @pytest.mark.django_db
-def test_the_view_lives_in_its_links(admin, make_pipeline) -> None:
+def test_the_view_lives_in_its_links(admin_client, make_pipeline) -> None:
     make_sandboxes([make_pipeline(slug="support")], 60)
-    page = admin.get("/", {"state": "all", "sort": "key", "page": "2"}).content.decode()
+    page = admin_client.get("/", {"state": "all", "sort": "key", "page": "2"}).content.decode()
     assert 'aria-sort="ascending"><a href="?state=all&amp;sort=-key" data-sort="key">' in page
     assert 'data-sort="state"' in page and 'aria-sort="descending"' not in page
     assert "Page 2 of 2 (51–60 of 60)" in page
@@ -125,19 +127,19 @@ def test_the_view_lives_in_its_links(admin, make_pipeline) -> None:
     assert 'ws-connect="/ws/fleet/?state=all&amp;sort=key&amp;page=2"' in page
     assert 'name="next" value="/?state=all&amp;sort=key&amp;page=2"' in page
     # Junk in the query is the default view, never an error.
-    assert admin.get("/", {"sort": "nope", "page": "x", "state": "?"}).status_code == 200
+    assert admin_client.get("/", {"sort": "nope", "page": "x", "state": "?"}).status_code == 200
 
 
 @pytest.mark.django_db(transaction=True)
 def test_a_new_sandbox_joins_the_first_page_and_is_offered_to_the_others(
-    admin, make_pipeline
+    admin_client, make_pipeline
 ) -> None:
     pipeline = make_pipeline(slug="support")
     make_sandboxes([pipeline], PAGE_SIZE + 5)
 
     async def scenario() -> tuple[list[str], list[str]]:
-        first = websocket("/ws/fleet/?state=all", admin)
-        second = websocket("/ws/fleet/?state=all&page=2", admin)
+        first = websocket("/ws/fleet/?state=all", admin_client)
+        second = websocket("/ws/fleet/?state=all&page=2", admin_client)
         for page in (first, second):
             assert (await page.connect())[0]
             await page.receive_from(timeout=10)

@@ -18,7 +18,7 @@ from boxyard.errors import Throttled
 from boxyard.slots import CALLER, Runs, Slots, Turns
 from boxyard.threads import RUNS, TURNS, in_pool, locked, waiting
 from sandboxes.runtime.docker.common import translate
-from tests.conftest import wait_for
+from tests.conftest import until, wait_for
 
 
 def test_a_caller_runs_its_share_waits_in_order_and_is_refused_past_its_queue() -> None:
@@ -39,8 +39,7 @@ def test_a_caller_runs_its_share_waits_in_order_and_is_refused_past_its_queue() 
                 give_back()
 
         hogs = [asyncio.ensure_future(call("hog", f"h{i}")) for i in range(6)]
-        await asyncio.sleep(0.05)
-        assert turns.busy("hog") == (2, 2)
+        await until(lambda: turns.busy("hog") == (2, 2))  # two run, two wait, two refused
         # Another caller is not held up by the hog's queue.
         assert await asyncio.wait_for(call("other", "o"), 1) == "o"
         release.set()
@@ -69,22 +68,16 @@ def test_a_cancelled_waiter_leaves_the_queue_and_a_running_call_keeps_its_turn(
     async def scenario() -> None:
         CALLER.set("pipeline:1")
         first = asyncio.ensure_future(in_pool(blocking))
-        await asyncio.sleep(0.1)
+        await until(lambda: TURNS.busy("pipeline:1") == (1, 0))
         second = asyncio.ensure_future(in_pool(lambda: "second"))
-        await asyncio.sleep(0.05)
-        assert TURNS.busy("pipeline:1") == (1, 1)
+        await until(lambda: TURNS.busy("pipeline:1") == (1, 1))
         # Both clients go away: the waiter leaves the queue, but the thread still runs,
         # and its turn is held until it is free.
         first.cancel()
         second.cancel()
-        await asyncio.sleep(0.05)
-        assert TURNS.busy("pipeline:1") == (1, 0)
+        await until(lambda: TURNS.busy("pipeline:1") == (1, 0))
         gate.set()
-        for _ in range(100):
-            if TURNS.busy("pipeline:1") == (0, 0):
-                break
-            await asyncio.sleep(0.02)
-        assert TURNS.busy("pipeline:1") == (0, 0)
+        await until(lambda: TURNS.busy("pipeline:1") == (0, 0))
 
     asyncio.run(scenario())
 
@@ -164,7 +157,7 @@ def test_a_caller_runs_one_call_at_a_time_but_lets_its_turn_go_while_it_waits(
             ended.append(await in_pool(call, name, *args))
 
         waiter = asyncio.ensure_future(done("waiter", True, atomic))
-        await asyncio.sleep(0.1)
+        await until(lambda: "waiter" in running)
         others = [asyncio.ensure_future(done(f"c{i}")) for i in range(3)]
         CALLER.set("pipeline:2")
         stranger = asyncio.ensure_future(done("stranger"))

@@ -148,7 +148,7 @@ def test_a_link_is_opaque_and_any_change_to_it_is_refused(support: Bot, box: Any
 
 
 def test_an_upload_link_writes_its_path_under_the_lease_it_was_made_under(
-    support: Bot, box: Any, alice: Any
+    support: Bot, box: Any, alice_actor: Any
 ) -> None:
     link = make(support, box, path="inbox/data.csv", method="PUT").json()
     anyone = Client()
@@ -157,7 +157,7 @@ def test_an_upload_link_writes_its_path_under_the_lease_it_was_made_under(
     assert services.read_file(box, "inbox/data.csv").data == b"a,b\n1,2\n"
     assert anyone.get(local(link["url"])).status_code == 403  # an upload link reads nothing
     # An admin takes the sandbox over: the bot's link is fenced off like the bot.
-    services.takeover_lease(box, alice, holder="admin:alice")
+    services.takeover_lease(box, alice_actor, holder="admin:alice")
     late = anyone.put(local(link["url"]), b"late", content_type="text/csv")
     assert late.status_code == 423
     assert services.read_file(box, "inbox/data.csv").data == b"a,b\n1,2\n"

@@ -494,7 +494,7 @@ def test_the_exec_timeout_still_applies_through_mcp(server: Server, support: Bot
 
 
 def test_an_admin_taking_the_sandbox_over_stops_the_bots_next_command(
-    server: Server, support: Bot, alice: Actor
+    server: Server, support: Bot, alice_actor: Actor
 ) -> None:
     async def call(name: str, arguments: dict[str, Any]) -> types.CallToolResult:
         async with connected(server, support) as client:
@@ -503,7 +503,7 @@ def test_an_admin_taking_the_sandbox_over_stops_the_bots_next_command(
     opened = anyio.run(call, "sandbox_open", {})
     assert opened.structured_content is not None
     sandbox = Sandbox.objects.get(pk=opened.structured_content["sandbox_id"])
-    services.takeover_lease(sandbox, alice, reason="checking the bot's work")
+    services.takeover_lease(sandbox, alice_actor, reason="checking the bot's work")
 
     status, error, text = refusal(anyio.run(call, "sandbox_exec", {"cmd": "touch ran.txt"}))
     assert (status, error["code"]) == (423, "taken_over")

@@ -106,7 +106,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, engine: Any, skills: Path) 
 
 
 @pytest.fixture
-def bot(
+def notes_bot(
     server: Server, skills: Path, docker_engine: Any, make_pipeline: Any, settings: Any
 ) -> tuple[Pipeline, str, str]:
     """The notes bot: its pipeline, its token, and its chat's sandbox (the server running)."""
@@ -147,9 +147,9 @@ async def gateway(server: Server, token: str, mode: str = "auto") -> AsyncIterat
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 def test_a_client_lists_and_calls_the_processs_own_tools(
-    server: Server, bot: tuple[Pipeline, str, str], mode: str
+    server: Server, notes_bot: tuple[Pipeline, str, str], mode: str
 ) -> None:
-    _, token, sandbox_id = bot
+    _, token, sandbox_id = notes_bot
 
     async def go() -> tuple[Any, Any, Any, Any, Any]:
         async with gateway(server, token, mode) as client:
@@ -174,8 +174,10 @@ def test_a_client_lists_and_calls_the_processs_own_tools(
     assert read.json()["contents"] == "buy milk\n"
 
 
-def test_fastmcp_calls_through_the_gateway(server: Server, bot: tuple[Pipeline, str, str]) -> None:
-    _, token, _ = bot
+def test_fastmcp_calls_through_the_gateway(
+    server: Server, notes_bot: tuple[Pipeline, str, str]
+) -> None:
+    _, token, _ = notes_bot
 
     async def go() -> Any:
         transport = StreamableHttpTransport(
@@ -188,9 +190,9 @@ def test_fastmcp_calls_through_the_gateway(server: Server, bot: tuple[Pipeline, 
 
 
 def test_the_processs_progress_reaches_the_client(
-    server: Server, bot: tuple[Pipeline, str, str]
+    server: Server, notes_bot: tuple[Pipeline, str, str]
 ) -> None:
-    _, token, _ = bot
+    _, token, _ = notes_bot
     seen: list[tuple[float, float | None, str | None]] = []
 
     async def progress(done: float, total: float | None, message: str | None) -> None:
@@ -206,9 +208,9 @@ def test_the_processs_progress_reaches_the_client(
 
 
 def test_a_crash_is_a_clear_error_and_the_restarted_process_answers_again(
-    server: Server, bot: tuple[Pipeline, str, str]
+    server: Server, notes_bot: tuple[Pipeline, str, str]
 ) -> None:
-    _, token, sandbox_id = bot
+    _, token, sandbox_id = notes_bot
 
     def generation() -> int:
         with api(server, token) as rest:
@@ -235,9 +237,9 @@ def test_a_crash_is_a_clear_error_and_the_restarted_process_answers_again(
 
 
 def test_only_declared_processes_and_the_pipelines_own_token(
-    server: Server, bot: tuple[Pipeline, str, str], make_pipeline: Any
+    server: Server, notes_bot: tuple[Pipeline, str, str], make_pipeline: Any
 ) -> None:
-    _, token, _ = bot
+    _, token, _ = notes_bot
     _, other = PipelineToken.issue(make_pipeline(slug="billing"), name="tests")
     hello = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
     undeclared = httpx.post(
@@ -255,9 +257,9 @@ def test_only_declared_processes_and_the_pipelines_own_token(
 
 
 def test_a_takeover_refuses_the_gateway_with_423(
-    server: Server, bot: tuple[Pipeline, str, str]
+    server: Server, notes_bot: tuple[Pipeline, str, str]
 ) -> None:
-    _, token, sandbox_id = bot
+    _, token, sandbox_id = notes_bot
     services.takeover_lease(Sandbox.objects.get(pk=sandbox_id), Actor("admin", "alice"))
 
     async def go() -> Any:
@@ -271,9 +273,9 @@ def test_a_takeover_refuses_the_gateway_with_423(
 
 
 def test_the_bot_api_and_the_gateway_share_the_process(
-    server: Server, bot: tuple[Pipeline, str, str]
+    server: Server, notes_bot: tuple[Pipeline, str, str]
 ) -> None:
-    _, token, sandbox_id = bot
+    _, token, sandbox_id = notes_bot
     line = json.dumps({"jsonrpc": "2.0", "id": "by-the-bot", "method": "tools/list"}) + "\n"
 
     async def go() -> Any:
@@ -297,11 +299,11 @@ def test_the_bot_api_and_the_gateway_share_the_process(
 
 
 def test_the_readmes_example_and_a_sandbox_named_by_its_id(
-    server: Server, bot: tuple[Pipeline, str, str]
+    server: Server, notes_bot: tuple[Pipeline, str, str]
 ) -> None:
     """The README's client code, on the default image; then a connection with no chat in its
     URL acting on a sandbox it names."""
-    _, token, sandbox_id = bot
+    _, token, sandbox_id = notes_bot
 
     async def go() -> tuple[Any, Any]:
         url = f"{server.url}/mcp?{CHAT}"

@@ -276,7 +276,7 @@ def test_headers_conditions_and_ranges(support: Bot, bot: Any, docker_engine: An
 
 
 def test_the_lease_and_the_pipeline_guard_the_streams(
-    support: Bot, billing: Bot, bot: Any, alice: Any, docker_engine: Any
+    support: Bot, billing: Bot, bot: Any, alice_actor: Any, docker_engine: Any
 ) -> None:
     sandbox = services.open_sandbox(support.pipeline, CHAT, bot).sandbox
     url = raw(support, str(sandbox.pk), "mine.txt")
@@ -286,7 +286,7 @@ def test_the_lease_and_the_pipeline_guard_the_streams(
     assert billing.client.get(url).status_code == 404
     assert billing.client.head(url).status_code == 404
     # An admin holds the lease: the bot's write is refused and changes nothing.
-    services.takeover_lease(sandbox, alice, holder="admin:alice")
+    services.takeover_lease(sandbox, alice_actor, holder="admin:alice")
     refused = support.client.put(url, b"late", content_type="text/plain")
     assert refused.status_code == 423
     assert content(support.client.get(url)) == b"ours"

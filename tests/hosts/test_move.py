@@ -151,7 +151,7 @@ def test_the_command_line_moves_one_sandbox_and_empties_a_draining_host(
 
 
 def test_an_admin_moves_a_sandbox_and_empties_a_draining_host_from_the_dashboard(
-    make_pipeline, bot, admin, second_engine, second_host, docker_engine, monkeypatch
+    make_pipeline, bot, admin_client, second_engine, second_host, docker_engine, monkeypatch
 ) -> None:
     """The sandbox page's Move and the Hosts page's Move them elsewhere hand the work to a
     worker of the sandbox's host (its queue); the task, run here as that worker would, moves
@@ -170,9 +170,9 @@ def test_an_admin_moves_a_sandbox_and_empties_a_draining_host_from_the_dashboard
     sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
     _run(sandbox, "echo by hand > h.txt")
 
-    page = admin.get(f"/sandboxes/{sandbox.pk}/").content.decode()
+    page = admin_client.get(f"/sandboxes/{sandbox.pk}/").content.decode()
     assert 'data-testid="move"' in page and '<option value="second">second</option>' in page
-    answer = admin.post(f"/sandboxes/{sandbox.pk}/move", {"to": "second"}, follow=True)
+    answer = admin_client.post(f"/sandboxes/{sandbox.pk}/move", {"to": "second"}, follow=True)
     assert "group_123456 is moving to second" in answer.content.decode()
     [(name, args, _options)] = queued
     assert name == "sandboxes.move"
@@ -184,12 +184,12 @@ def test_an_admin_moves_a_sandbox_and_empties_a_draining_host_from_the_dashboard
 
     # A bad target is refused and queues nothing.
     queued.clear()
-    refused = admin.post(f"/sandboxes/{sandbox.pk}/move", {"to": "second"}, follow=True)
+    refused = admin_client.post(f"/sandboxes/{sandbox.pk}/move", {"to": "second"}, follow=True)
     assert "to: the sandbox is on second already" in refused.content.decode()
     assert queued == []
 
     hosts.drain(DockerHost.objects.get(pk=second_host.pk), ADMIN)
-    answer = admin.post("/hosts/second/move-all", {"next": "/hosts/"}, follow=True)
+    answer = admin_client.post("/hosts/second/move-all", {"next": "/hosts/"}, follow=True)
     assert "The 1 sandbox of second is moving to other hosts" in answer.content.decode()
     [(name, args, _options)] = queued
     assert (name, tasks.move_all(*args)) == ("sandboxes.move_all", 1)

@@ -78,6 +78,20 @@ def _restart(cluster: Any, name: str, command: list[str] | None, **env: str) -> 
         cluster.start(name, command, **env)
 
 
+def _wait_for_commands(streams: list[Stream], cluster: Any, more: int = 3) -> None:
+    """Until each bot has had `more` further commands answered: the processes restarted
+    before were back at work, and the next restart happens while commands flow."""
+    since = [sum(map(len, stream.answered.values())) for stream in streams]
+    _wait(
+        lambda: all(
+            sum(map(len, stream.answered.values())) >= before + more
+            for stream, before in zip(streams, since, strict=True)
+        ),
+        60,
+        cluster,
+    )
+
+
 def _orphans(runtime: Any, host: int) -> list[str]:
     """Containers of this deployment on a host that no running sandbox of that host has."""
     rows = {
@@ -120,17 +134,17 @@ def test_a_rolling_restart_loses_no_command_and_leaves_no_orphan(
     ]
     for stream in streams:
         stream.thread.start()
-    time.sleep(2)
+    _wait_for_commands(streams, cluster)
     _restart(cluster, "web", web1)
     _wait(lambda: _answers(webs[0]), 60, cluster)
-    time.sleep(1)
+    _wait_for_commands(streams, cluster)
     _restart(cluster, "web2", web2, **disks)
     _wait(lambda: _answers(webs[1]), 60, cluster)
-    time.sleep(1)
+    _wait_for_commands(streams, cluster)
     _restart(cluster, "worker-1", None, **disks)
-    time.sleep(2)
+    _wait_for_commands(streams, cluster)
     _restart(cluster, "worker-2", None, **disks)
-    time.sleep(3)
+    _wait_for_commands(streams, cluster)
     for stream in streams:
         stream.stopping.set()
     for stream in streams:

@@ -70,9 +70,9 @@ def _history(page: Any) -> str:
 # --- create and change ------------------------------------------------------------------------
 
 
-def test_a_new_pipeline_records_who_made_it(alice) -> None:
+def test_a_new_pipeline_records_who_made_it(alice_actor) -> None:
     pipeline = services.create_pipeline(
-        Pipeline(slug="helpdesk", image=settings.BOXYARD_TEST_IMAGE), alice, via="somewhere"
+        Pipeline(slug="helpdesk", image=settings.BOXYARD_TEST_IMAGE), alice_actor, via="somewhere"
     )
     assert Pipeline.objects.filter(slug="helpdesk").exists()
     [created] = _events()
@@ -81,24 +81,23 @@ def test_a_new_pipeline_records_who_made_it(alice) -> None:
     assert created.detail == {"slug": "helpdesk", "via": "somewhere"}
 
 
-def test_a_change_records_who_changed_what(pipeline, alice) -> None:
+def test_a_change_records_who_changed_what(pipeline, alice_actor) -> None:
     saved = services.update_pipeline(
         pipeline,
-        alice,
+        alice_actor,
         {"cpus": 2.0, "name": "Support desk", "memory_mb": pipeline.memory_mb},
     )
     assert saved.cpus == 2.0 and Pipeline.objects.get(pk=pipeline.pk).name == "Support desk"
     [changed] = _events()
     assert changed.action == "pipeline.changed" and changed.actor == "admin:alice"
     assert changed.pipeline_id == pipeline.pk
-    # Exactly what changed, before and after; the unchanged memory is not named; no "via"
-    # when none was given.
+    # Exactly what changed, before and after; not the unchanged memory; no "via" unless given.
     assert changed.detail == {"changes": {"cpus": [1.0, 2.0], "name": ["", "Support desk"]}}
 
 
-def test_a_change_that_changes_nothing_records_nothing(pipeline, alice) -> None:
+def test_a_change_that_changes_nothing_records_nothing(pipeline, alice_actor) -> None:
     services.update_pipeline(
-        pipeline, alice, {"cpus": pipeline.cpus, "scope_template": pipeline.scope_template}
+        pipeline, alice_actor, {"cpus": pipeline.cpus, "scope_template": pipeline.scope_template}
     )
     assert _events() == []
 
@@ -110,10 +109,12 @@ def test_a_change_that_changes_nothing_records_nothing(pipeline, alice) -> None:
         ("scope_template", "{launcher_type}_{no_such_variable}"),
     ],
 )
-def test_a_bad_value_is_refused_by_name_and_changes_nothing(pipeline, alice, field, value) -> None:
+def test_a_bad_value_is_refused_by_name_and_changes_nothing(
+    pipeline, alice_actor, field, value
+) -> None:
     before = Pipeline.objects.get(pk=pipeline.pk)
     with pytest.raises(InvalidInput) as refused:
-        services.update_pipeline(pipeline, alice, {"name": "renamed", field: value})
+        services.update_pipeline(pipeline, alice_actor, {"name": "renamed", field: value})
     assert refused.value.field == field
     after = Pipeline.objects.get(pk=pipeline.pk)
     assert (after.name, getattr(after, field), after.updated_at) == (
@@ -125,7 +126,7 @@ def test_a_bad_value_is_refused_by_name_and_changes_nothing(pipeline, alice, fie
 
     with pytest.raises(InvalidInput) as refused:
         services.create_pipeline(
-            Pipeline(slug="bad", image=settings.BOXYARD_TEST_IMAGE, **{field: value}), alice
+            Pipeline(slug="bad", image=settings.BOXYARD_TEST_IMAGE, **{field: value}), alice_actor
         )
     assert refused.value.field == field
     assert not Pipeline.objects.filter(slug="bad").exists() and _events() == []
@@ -135,21 +136,21 @@ def test_a_bad_value_is_refused_by_name_and_changes_nothing(pipeline, alice, fie
 
 
 def test_a_pipeline_with_live_sandboxes_is_deleted_only_with_them(
-    pipeline, alice, bot, fake_runtime, skills_root
+    pipeline, alice_actor, bot, fake_runtime, skills_root
 ) -> None:
     sandbox = sandbox_services.open_sandbox(pipeline, CHAT, bot).sandbox
-    services.issue_token(pipeline, alice, "bot")
+    services.issue_token(pipeline, alice_actor, "bot")
     services.add_skill(
-        Skill(pipeline=pipeline, name="pandas", host_path=str(skills_root / "pandas")), alice
+        Skill(pipeline=pipeline, name="pandas", host_path=str(skills_root / "pandas")), alice_actor
     )
     with pytest.raises(Conflict, match="1 live sandboxes") as refused:
-        services.delete_pipeline(pipeline, alice)
+        services.delete_pipeline(pipeline, alice_actor)
     assert refused.value.extra["sandboxes"] == 1
     assert Pipeline.objects.filter(pk=pipeline.pk).exists()
     assert Sandbox.objects.get(pk=sandbox.pk).state == State.RUNNING
     assert not _events("pipeline.deleted")
 
-    closed = services.delete_pipeline(pipeline, alice, close_sandboxes=True, via="somewhere")
+    closed = services.delete_pipeline(pipeline, alice_actor, close_sandboxes=True, via="somewhere")
     assert closed == 1
     # The sandbox went the whole way: container and workspace gone, each step the admin's.
     assert fake_runtime.containers == {} and fake_runtime.volumes == {}
@@ -164,8 +165,8 @@ def test_a_pipeline_with_live_sandboxes_is_deleted_only_with_them(
     assert deleted.detail == {"slug": "support", "closed": 1, "via": "somewhere"}
 
 
-def test_a_pipeline_without_sandboxes_is_deleted_at_once(pipeline, alice) -> None:
-    assert services.delete_pipeline(pipeline, alice) == 0
+def test_a_pipeline_without_sandboxes_is_deleted_at_once(pipeline, alice_actor) -> None:
+    assert services.delete_pipeline(pipeline, alice_actor) == 0
     assert not Pipeline.objects.filter(slug="support").exists()
     [deleted] = _events("pipeline.deleted")
     assert deleted.detail == {"slug": "support", "closed": 0}
@@ -174,8 +175,8 @@ def test_a_pipeline_without_sandboxes_is_deleted_at_once(pipeline, alice) -> Non
 # --- tokens -----------------------------------------------------------------------------------
 
 
-def test_a_token_is_recorded_by_its_prefix_never_its_plaintext(pipeline, alice) -> None:
-    token, plaintext = services.issue_token(pipeline, alice, "bot", via="somewhere")
+def test_a_token_is_recorded_by_its_prefix_never_its_plaintext(pipeline, alice_actor) -> None:
+    token, plaintext = services.issue_token(pipeline, alice_actor, "bot", via="somewhere")
     assert plaintext.startswith(token.prefix) and principal_for_token(plaintext) is not None
     [issued] = _events()
     assert issued.action == "token.issued" and issued.actor == "admin:alice"
@@ -190,21 +191,21 @@ def test_a_token_is_recorded_by_its_prefix_never_its_plaintext(pipeline, alice) 
     assert secret not in json.dumps(issued.detail) and plaintext not in issued.actor
 
 
-def test_a_revoked_token_stops_working_at_once_and_is_recorded_once(pipeline, alice) -> None:
-    token, plaintext = services.issue_token(pipeline, alice)
+def test_a_revoked_token_stops_working_at_once_and_is_recorded_once(pipeline, alice_actor) -> None:
+    token, plaintext = services.issue_token(pipeline, alice_actor)
     assert principal_for_token(plaintext) is not None  # and now kept in this process
-    services.revoke_token(token, alice)
+    services.revoke_token(token, alice_actor)
     assert principal_for_token(plaintext) is None
-    services.revoke_token(PipelineToken.objects.get(pk=token.pk), alice)
+    services.revoke_token(PipelineToken.objects.get(pk=token.pk), alice_actor)
     [revoked] = _events("token.revoked")
     assert revoked.actor == "admin:alice" and revoked.pipeline_id == pipeline.pk
     assert revoked.detail == {"token": token.pk, "prefix": token.prefix}
 
 
-def test_two_admins_revoking_one_token_record_it_once(pipeline, alice) -> None:
-    token, _ = services.issue_token(pipeline, alice)
+def test_two_admins_revoking_one_token_record_it_once(pipeline, alice_actor) -> None:
+    token, _ = services.issue_token(pipeline, alice_actor)
     hers, his = PipelineToken.objects.get(pk=token.pk), PipelineToken.objects.get(pk=token.pk)
-    services.revoke_token(hers, alice)
+    services.revoke_token(hers, alice_actor)
     services.revoke_token(his, Actor("admin", "carol"))
     assert len(_events("token.revoked")) == 1
 
@@ -213,13 +214,15 @@ def test_two_admins_revoking_one_token_record_it_once(pipeline, alice) -> None:
 
 
 def test_a_skill_is_added_changed_and_removed_each_on_the_record(
-    pipeline, alice, skills_root
+    pipeline, alice_actor, skills_root
 ) -> None:
     path = str(skills_root / "pandas")
-    skill = services.add_skill(Skill(pipeline=pipeline, name="pandas", host_path=path), alice)
-    services.change_skill(skill, alice, {"mode": "rw", "host_path": path, "description": "df"})
-    services.change_skill(skill, alice, {"mode": "rw"})  # nothing new: nothing recorded
-    services.remove_skill(Skill.objects.get(pk=skill.pk), alice)
+    skill = services.add_skill(Skill(pipeline=pipeline, name="pandas", host_path=path), alice_actor)
+    services.change_skill(
+        skill, alice_actor, {"mode": "rw", "host_path": path, "description": "df"}
+    )
+    services.change_skill(skill, alice_actor, {"mode": "rw"})  # nothing new: nothing recorded
+    services.remove_skill(Skill.objects.get(pk=skill.pk), alice_actor)
     assert not Skill.objects.filter(pipeline=pipeline).exists()
     added, changed, removed = _events()
     assert [e.action for e in (added, changed, removed)] == [
@@ -237,23 +240,26 @@ def test_a_skill_is_added_changed_and_removed_each_on_the_record(
     assert removed.detail == {"skill": "pandas"}
 
 
-def test_a_second_skill_of_the_same_name_is_refused(pipeline, alice, skills_root) -> None:
+def test_a_second_skill_of_the_same_name_is_refused(pipeline, alice_actor, skills_root) -> None:
     services.add_skill(
-        Skill(pipeline=pipeline, name="pandas", host_path=str(skills_root / "pandas")), alice
+        Skill(pipeline=pipeline, name="pandas", host_path=str(skills_root / "pandas")), alice_actor
     )
     with pytest.raises(Conflict, match="already has a skill 'pandas'"):
         services.add_skill(
-            Skill(pipeline=pipeline, name="pandas", host_path=str(skills_root / "plots")), alice
+            Skill(pipeline=pipeline, name="pandas", host_path=str(skills_root / "plots")),
+            alice_actor,
         )
     assert list(Skill.objects.values_list("host_path", flat=True)) == [str(skills_root / "pandas")]
     assert len(_events("skill.added")) == 1
 
 
-def test_a_skill_outside_the_roots_is_refused(pipeline, alice, skills_root, tmp_path) -> None:
+def test_a_skill_outside_the_roots_is_refused(pipeline, alice_actor, skills_root, tmp_path) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     with pytest.raises(InvalidInput) as refused:
-        services.add_skill(Skill(pipeline=pipeline, name="x", host_path=str(elsewhere)), alice)
+        services.add_skill(
+            Skill(pipeline=pipeline, name="x", host_path=str(elsewhere)), alice_actor
+        )
     assert refused.value.field == "host_path"
     assert not Skill.objects.exists() and _events() == []
 

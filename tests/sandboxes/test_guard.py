@@ -44,10 +44,10 @@ def test_a_stopped_sandbox_refuses_naming_the_operation(sandbox, bot) -> None:
         assert acting.sandbox.state == State.STOPPED
 
 
-def test_another_holder_is_refused_and_one_taken_over_is_told(sandbox, bot, alice) -> None:
+def test_another_holder_is_refused_and_one_taken_over_is_told(sandbox, bot, alice_actor) -> None:
     with pytest.raises(LeaseBusy), acting_on(sandbox, bot, "exec", holder="agent-b"):
         pass
-    services.takeover_lease(sandbox, alice, holder="admin:alice")
+    services.takeover_lease(sandbox, alice_actor, holder="admin:alice")
     with pytest.raises(TakenOver), acting_on(sandbox, bot, "exec", holder="agent-a"):
         pass
 
@@ -79,8 +79,8 @@ def test_the_callers_lease_is_renewed(sandbox, bot) -> None:
     assert Lease.objects.get(sandbox=sandbox).expires_at > soon + timedelta(seconds=60)
 
 
-def test_without_the_lease_an_admin_acts_whoever_holds_it(sandbox, alice) -> None:
-    with acting_on(sandbox, alice, "stop", hold_lease=False) as acting:
+def test_without_the_lease_an_admin_acts_whoever_holds_it(sandbox, alice_actor) -> None:
+    with acting_on(sandbox, alice_actor, "stop", hold_lease=False) as acting:
         assert acting.lease is None
     assert Lease.objects.get(sandbox=sandbox).holder == "agent-a"  # untouched
 

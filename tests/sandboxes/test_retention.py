@@ -138,12 +138,12 @@ def test_output_over_the_keep_budget_is_cleared_oldest_first(
 
 
 @pytest.mark.django_db
-def test_the_fleet_page_shows_what_is_stored(box: Sandbox, bot: Any, admin: Any) -> None:
+def test_the_fleet_page_shows_what_is_stored(box: Sandbox, bot: Any, admin_client: Any) -> None:
     run(box, bot, BIG)
     prune()
     stored = measure()
     assert stored.output_bytes >= 400_000 and stored.events > 0
-    page = admin.get("/").content.decode()
+    page = admin_client.get("/").content.decode()
     assert f'<dd data-testid="stored-output">{filesizeformat(stored.output_bytes)}</dd>' in page
     assert f'<dd data-testid="stored-events">{stored.events}</dd>' in page
 

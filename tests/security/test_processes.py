@@ -133,7 +133,7 @@ def pids_current(engine, sandbox) -> int:
 
 
 def test_reset_unjams_a_sandbox_at_its_pids_limit(
-    make_pipeline, bot, alice, docker_engine, neighbour
+    make_pipeline, bot, alice_actor, docker_engine, neighbour
 ) -> None:
     pipeline = make_pipeline(
         pids_limit=48, processes=[{"name": "server", "cmd": "sleep 100000", "restart": True}]
@@ -204,12 +204,12 @@ def test_a_reset_that_cannot_open_the_channel_makes_room_for_it(
     assert limit == 48  # the pipeline's again
 
 
-def test_what_a_terminal_started_ends_with_it(attacked, alice, docker_engine) -> None:
+def test_what_a_terminal_started_ends_with_it(attacked, alice_actor, docker_engine) -> None:
     from sandboxes.services import terminal
 
     sandbox = attacked()
-    services.takeover_lease(sandbox, alice, holder=str(alice))
-    term, record = terminal.open_terminal(sandbox, alice)
+    services.takeover_lease(sandbox, alice_actor, holder=str(alice_actor))
+    term, record = terminal.open_terminal(sandbox, alice_actor)
     term.socket.sendall(b"id -u; sleep 1000 & (setsid sleep 1001 &); echo started\n")
     wait_until(
         lambda: any("sleep 1001" in p.args for p in processes(docker_engine, sandbox)),
@@ -217,5 +217,5 @@ def test_what_a_terminal_started_ends_with_it(attacked, alice, docker_engine) ->
         "the terminal's commands ran",
     )
     assert any(p.args.endswith("-i") for p in processes(docker_engine, sandbox))  # its shell
-    terminal.close_terminal(record, term, b"", alice)
+    terminal.close_terminal(record, term, b"", alice_actor)
     wait_until(lambda: not leftovers(docker_engine, sandbox), 5, "the terminal's processes ended")

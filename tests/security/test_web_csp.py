@@ -91,7 +91,7 @@ def _hosts(settings: Any) -> None:
 
 
 @pytest.fixture
-def admin(django_user_model: Any) -> Client:
+def admin_client(django_user_model: Any) -> Client:
     client = Client()
     client.force_login(django_user_model.objects.create_user("alice", password="x", is_staff=True))
     return client
@@ -99,25 +99,30 @@ def admin(django_user_model: Any) -> Client:
 
 @pytest.mark.django_db
 def test_every_dashboard_page_carries_the_policy_and_no_inline_script(
-    admin: Client, pipeline: Any, fake_runtime: Any, bot: Any, django_user_model: Any, settings: Any
+    admin_client: Client,
+    pipeline: Any,
+    fake_runtime: Any,
+    bot: Any,
+    django_user_model: Any,
+    settings: Any,
 ) -> None:
     sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
     visitor = Client()
     visitor.force_login(django_user_model.objects.create_user("mallory", password="x"))
     pages = {
         "log-in": (Client().get("/login/"), 200),
-        "fleet": (admin.get("/"), 200),
-        "sandbox": (admin.get(f"/sandboxes/{sandbox.pk}/"), 200),
-        "files": (admin.get(f"/sandboxes/{sandbox.pk}/files", {"path": "/etc"}), 200),
-        "sessions": (admin.get("/sessions/", {"q": "group"}), 200),
-        "pipelines": (admin.get("/pipelines/"), 200),
-        "new pipeline": (admin.get("/pipelines/new"), 200),
-        "pipeline": (admin.get(f"/pipelines/{pipeline.slug}/"), 200),
-        "not found": (admin.get(f"/sandboxes/{uuid.uuid4()}/"), 404),
-        "no such page": (admin.get("/no/such/page"), 404),
+        "fleet": (admin_client.get("/"), 200),
+        "sandbox": (admin_client.get(f"/sandboxes/{sandbox.pk}/"), 200),
+        "files": (admin_client.get(f"/sandboxes/{sandbox.pk}/files", {"path": "/etc"}), 200),
+        "sessions": (admin_client.get("/sessions/", {"q": "group"}), 200),
+        "pipelines": (admin_client.get("/pipelines/"), 200),
+        "new pipeline": (admin_client.get("/pipelines/new"), 200),
+        "pipeline": (admin_client.get(f"/pipelines/{pipeline.slug}/"), 200),
+        "not found": (admin_client.get(f"/sandboxes/{uuid.uuid4()}/"), 404),
+        "no such page": (admin_client.get("/no/such/page"), 404),
         "not an admin": (visitor.get("/"), 403),
         "download refused": (
-            admin.get(f"/sandboxes/{sandbox.pk}/files/download", {"path": "/etc"}),
+            admin_client.get(f"/sandboxes/{sandbox.pk}/files/download", {"path": "/etc"}),
             400,
         ),
         "csrf failure": (Client(enforce_csrf_checks=True).post("/login/", {}), 403),

@@ -56,7 +56,7 @@ def _hosts(settings: Any) -> None:
 
 
 @pytest.fixture
-def box(support: Bot, docker_engine: Any, _hosts: None) -> str:
+def box_id(support: Bot, docker_engine: Any, _hosts: None) -> str:
     opened = support.call("post", "/sandboxes/open", {"pipeline": "support", "variables": CHAT})
     assert opened.status_code == 200, opened.content
     return str(opened.json()["sandbox_id"])
@@ -67,8 +67,8 @@ def _at(bot: Bot, method: str, route: str, path: str) -> Any:
     return getattr(bot.client, method)(f"/api/v1{route}?{urlencode({'path': path})}")
 
 
-def _file_calls(bot: Bot, box: str, path: str) -> dict[str, Any]:
-    base = f"/sandboxes/{box}/files"
+def _file_calls(bot: Bot, box_id: str, path: str) -> dict[str, Any]:
+    base = f"/sandboxes/{box_id}/files"
     return {
         "PUT /files": bot.call("put", base, {"path": path, "contents": "x"}),
         "GET /files": _at(bot, "get", base, path),
@@ -85,20 +85,22 @@ def _assert_names_path(response: Any, label: str) -> None:
 
 @pytest.mark.docker
 @pytest.mark.django_db
-def test_a_name_or_path_past_the_kernels_limits_is_400_naming_path(support: Bot, box: str) -> None:
+def test_a_name_or_path_past_the_kernels_limits_is_400_naming_path(
+    support: Bot, box_id: str
+) -> None:
     for case, path in TOO_LONG.items():
-        for call, response in _file_calls(support, box, path).items():
+        for call, response in _file_calls(support, box_id, path).items():
             _assert_names_path(response, f"{call} with {case}")
     error = support.call(
-        "put", f"/sandboxes/{box}/files", {"path": "a" * 256, "contents": "x"}
+        "put", f"/sandboxes/{box_id}/files", {"path": "a" * 256, "contents": "x"}
     ).json()
     assert "255 bytes" in error["error"]["message"], error
 
 
 @pytest.mark.docker
 @pytest.mark.django_db
-def test_names_of_exactly_NAME_MAX_bytes_work(support: Bot, box: str) -> None:
-    base = f"/sandboxes/{box}/files"
+def test_names_of_exactly_NAME_MAX_bytes_work(support: Bot, box_id: str) -> None:
+    base = f"/sandboxes/{box_id}/files"
     for case, name in JUST_RIGHT.items():
         assert len(name.encode()) == NAME_MAX
         wrote = support.call("put", base, {"path": name, "contents": case})
@@ -115,10 +117,10 @@ def test_names_of_exactly_NAME_MAX_bytes_work(support: Bot, box: str) -> None:
 
 @pytest.mark.docker
 @pytest.mark.django_db
-def test_a_path_just_under_PATH_MAX_works(support: Bot, box: str) -> None:
+def test_a_path_just_under_PATH_MAX_works(support: Bot, box_id: str) -> None:
     """4095 bytes and the NUL: the longest path the kernel takes, with a long last name."""
     longest = FULL_LENGTH[:-1]
-    base = f"/sandboxes/{box}/files"
+    base = f"/sandboxes/{box_id}/files"
     wrote = support.call("put", base, {"path": longest, "contents": "deep"})
     assert wrote.status_code == 200, wrote.content[:300]
     read = _at(support, "get", base, longest)
@@ -128,14 +130,14 @@ def test_a_path_just_under_PATH_MAX_works(support: Bot, box: str) -> None:
 @pytest.mark.docker
 @pytest.mark.django_db
 def test_a_short_name_at_the_bottom_of_a_path_just_under_PATH_MAX_works(
-    support: Bot, box: str
+    support: Bot, box_id: str
 ) -> None:
     """The write's temporary file beside the target would be longer than the target itself:
     it is made by a relative name, so only the target's own length counts."""
     deep = "/workspace/" + ("d" * 200 + "/") * 20
     target = deep + "e" * (PATH_MAX - 1 - len(deep) - 2) + "/f"
     assert len(target.encode()) == PATH_MAX - 1
-    base = f"/sandboxes/{box}/files"
+    base = f"/sandboxes/{box_id}/files"
     wrote = support.call("put", base, {"path": target, "contents": "short"})
     assert wrote.status_code == 200, wrote.content[:300]
     assert _at(support, "get", base, target).json()["contents"] == "short"
@@ -157,7 +159,7 @@ def test_the_lexical_check_counts_bytes_without_a_sandbox() -> None:
 
 
 @pytest.fixture
-def admin(django_user_model: Any) -> Client:
+def admin_client(django_user_model: Any) -> Client:
     client = Client()
     client.force_login(django_user_model.objects.create_user("alice", password="x", is_staff=True))
     return client
@@ -168,13 +170,13 @@ OUTSIDE = ["/etc/passwd", "../../etc/passwd", "/workspace/../etc", "a\x00b", "a"
 
 @pytest.mark.django_db
 def test_the_dashboards_file_view_shows_the_error_for_a_path_outside(
-    admin: Client, pipeline: Any, fake_runtime: Any, bot: Any, _hosts: None
+    admin_client: Client, pipeline: Any, fake_runtime: Any, bot: Any, _hosts: None
 ) -> None:
     sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
     engine_calls = len(fake_runtime.execs)
     for path in OUTSIDE:
         for query in ({"path": path}, {"path": path, "view": "1"}):
-            page = admin.get(f"/sandboxes/{sandbox.pk}/files", query)
+            page = admin_client.get(f"/sandboxes/{sandbox.pk}/files", query)
             assert page.status_code == 200, (query, page.status_code)
             text = page.content.decode()
             assert 'id="files-view"' in text and 'class="error" role="alert"' in text, (
@@ -186,13 +188,13 @@ def test_the_dashboards_file_view_shows_the_error_for_a_path_outside(
 
 @pytest.mark.django_db
 def test_the_dashboards_download_shows_the_error_for_a_path_outside(
-    admin: Client, pipeline: Any, fake_runtime: Any, bot: Any, _hosts: None
+    admin_client: Client, pipeline: Any, fake_runtime: Any, bot: Any, _hosts: None
 ) -> None:
     sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
     for path in [*OUTSIDE, ""]:
         with pytest.raises(InvalidInput) as refused:
             services.files.workspace_path(path)
-        page = admin.get(f"/sandboxes/{sandbox.pk}/files/download", {"path": path})
+        page = admin_client.get(f"/sandboxes/{sandbox.pk}/files/download", {"path": path})
         assert page.status_code == 400, (path, page.status_code)
         assert page["Content-Type"].startswith("text/html"), page["Content-Type"]
         text = page.content.decode()
@@ -202,13 +204,13 @@ def test_the_dashboards_download_shows_the_error_for_a_path_outside(
 
 @pytest.mark.django_db
 def test_the_dashboards_upload_to_a_path_outside_is_refused_naming_it(
-    admin: Client, pipeline: Any, fake_runtime: Any, bot: Any, _hosts: None
+    admin_client: Client, pipeline: Any, fake_runtime: Any, bot: Any, _hosts: None
 ) -> None:
     sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
     engine_calls = len(fake_runtime.execs)
 
     def upload(path: str) -> Any:
-        return admin.put(
+        return admin_client.put(
             f"/sandboxes/{sandbox.pk}/files/upload?{urlencode({'path': path})}",
             b"x",
             content_type="application/octet-stream",
@@ -226,7 +228,8 @@ def test_the_dashboards_upload_to_a_path_outside_is_refused_naming_it(
     assert len(fake_runtime.execs) == engine_calls  # refused before anything ran
 
 
-def test_an_unknown_sandbox_is_still_404(admin: Client, db: None, _hosts: None) -> None:
+def test_an_unknown_sandbox_is_still_404(admin_client: Client, db: None, _hosts: None) -> None:
     assert (
-        admin.get(f"/sandboxes/{uuid.uuid4()}/files/download", {"path": "/etc"}).status_code == 404
+        admin_client.get(f"/sandboxes/{uuid.uuid4()}/files/download", {"path": "/etc"}).status_code
+        == 404
     )

@@ -87,9 +87,9 @@ def test_another_holder_is_refused_and_nothing_changes(sandbox, bot, fake_runtim
     assert Lease.objects.get(sandbox=sandbox).holder == "agent-a"
 
 
-def test_force_skips_the_lease(sandbox, alice, fake_runtime) -> None:
+def test_force_skips_the_lease(sandbox, alice_actor, fake_runtime) -> None:
     """An admin, the reaper and compute mode close whoever holds the lease."""
-    closed = services.close_sandbox(sandbox, alice, reason=StopReason.ADMIN, force=True)
+    closed = services.close_sandbox(sandbox, alice_actor, reason=StopReason.ADMIN, force=True)
     assert (closed.state, closed.stop_reason) == (State.STOPPED, "admin")
     assert Event.objects.get(sandbox=sandbox, action="sandbox.stopped").actor == "admin:alice"
     assert Lease.objects.get(sandbox=sandbox).holder == ""
@@ -204,7 +204,7 @@ def test_the_cleaned_counter_counts_each_stop_by_its_reason(
 
 
 def test_close_later_queues_one_destroy_per_live_sandbox_as_the_actor(
-    make_pipeline, bot, alice, fake_runtime, monkeypatch, django_capture_on_commit_callbacks
+    make_pipeline, bot, alice_actor, fake_runtime, monkeypatch, django_capture_on_commit_callbacks
 ) -> None:
     pipeline = make_pipeline()
     running, stopped, destroyed = (
@@ -221,12 +221,12 @@ def test_close_later_queues_one_destroy_per_live_sandbox_as_the_actor(
     Sandbox.objects.filter(pk=moving.pk).update(state=State.MOVING)  # the table refuses its stop
     ids: list[object] = [running.pk, str(stopped.pk), destroyed.pk, moving.pk, uuid.uuid4()]
     with django_capture_on_commit_callbacks(execute=True):
-        assert close_later(ids, alice, delete_workspace=True, reason=StopReason.ADMIN) == 2
+        assert close_later(ids, alice_actor, delete_workspace=True, reason=StopReason.ADMIN) == 2
         assert queued == []  # handed over only once the transaction commits
     assert sorted(queued) == sorted(
         ("sandboxes.destroy", [str(sandbox.pk), True, "admin", "admin:alice"])
         for sandbox in (running, stopped)
     )
-    assert {Actor.parse(args[-1]) for _, args in queued} == {alice}
+    assert {Actor.parse(args[-1]) for _, args in queued} == {alice_actor}
     # Queued, not done: the rows change as the worker gets to them.
     assert Sandbox.objects.get(pk=running.pk).state == State.RUNNING

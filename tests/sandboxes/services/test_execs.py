@@ -164,15 +164,15 @@ def test_bad_requests_name_the_field_and_run_nothing(sandbox, kwargs, field) -> 
     assert not Exec.objects.exists()
 
 
-def test_a_fenced_off_holder_never_reaches_the_container(sandbox, bot, alice) -> None:
-    services.takeover_lease(sandbox, alice, holder="admin:alice")
+def test_a_fenced_off_holder_never_reaches_the_container(sandbox, bot, alice_actor) -> None:
+    services.takeover_lease(sandbox, alice_actor, holder="admin:alice")
     with pytest.raises(TakenOver):
         run(sandbox, bot, "touch /workspace/should-not-exist")
     with pytest.raises(LeaseBusy):
         run(sandbox, bot, "touch /workspace/should-not-exist", holder="other-bot")
     with pytest.raises(StaleEpoch):
         run(sandbox, bot, "true", holder="admin:alice", epoch=1)
-    assert run(sandbox, alice, "ls /workspace", holder="admin:alice", epoch=2).stdout == ""
+    assert run(sandbox, alice_actor, "ls /workspace", holder="admin:alice", epoch=2).stdout == ""
     assert Exec.objects.count() == 1
 
 

@@ -162,11 +162,11 @@ def test_large_files_stream_both_ways(sandbox, bot) -> None:
     assert digest.hexdigest() == hashlib.sha256(blob).hexdigest()
 
 
-def test_mutating_file_calls_respect_the_lease(sandbox, bot, alice) -> None:
-    services.takeover_lease(sandbox, alice, holder="admin:alice")
+def test_mutating_file_calls_respect_the_lease(sandbox, bot, alice_actor) -> None:
+    services.takeover_lease(sandbox, alice_actor, holder="admin:alice")
     with pytest.raises(LeaseBusy):
         services.write_file(sandbox, "x.txt", b"x", bot, holder="intruder")
-    services.write_file(sandbox, "x.txt", b"x", alice, holder="admin:alice")
+    services.write_file(sandbox, "x.txt", b"x", alice_actor, holder="admin:alice")
     # Reads are not mutations: anyone of the pipeline may read.
     assert services.read_file(sandbox, "x.txt").data == b"x"
 

@@ -2,10 +2,11 @@
 
 import threading
 import time
+from datetime import timedelta
 
 import pytest
 from django.db import connection
-from django.db.models.functions import Now
+from django.utils import timezone
 
 from sandboxes.models import PeriodicJob
 from sandboxes.services.jobs import run_exclusive
@@ -43,8 +44,8 @@ def test_a_second_run_is_skipped_while_the_first_holds_the_lock() -> None:
 
 
 def test_the_lock_of_a_run_that_died_lapses() -> None:
-    PeriodicJob.objects.create(name="demo", holder="dead", running_until=Now())
-    time.sleep(0.05)
+    ran_out = timezone.now() - timedelta(seconds=1)  # its holder stopped renewing it
+    PeriodicJob.objects.create(name="demo", holder="dead", running_until=ran_out)
     assert run_exclusive("demo", lambda: "ran") == "ran"
 
 

@@ -79,8 +79,12 @@ def test_release_by_a_non_holder_is_refused(opened, bot) -> None:
         services.release_lease(opened.sandbox, bot, holder="agent-b")
 
 
-def test_takeover_bumps_the_epoch_and_the_old_holder_gets_423(opened, pipeline, bot, alice) -> None:
-    lease = services.takeover_lease(opened.sandbox, alice, holder="admin:alice", reason="debugging")
+def test_takeover_bumps_the_epoch_and_the_old_holder_gets_423(
+    opened, pipeline, bot, alice_actor
+) -> None:
+    lease = services.takeover_lease(
+        opened.sandbox, alice_actor, holder="admin:alice", reason="debugging"
+    )
     assert (lease.holder, lease.epoch, lease.taken_over_from) == ("admin:alice", 2, "agent-a")
     with pytest.raises(TakenOver) as caught:
         services.renew_lease(opened.sandbox, bot, holder="agent-a", epoch=1)
@@ -94,9 +98,9 @@ def test_takeover_bumps_the_epoch_and_the_old_holder_gets_423(opened, pipeline, 
     assert Event.objects.filter(action="lease.taken_over", reason="debugging").exists()
 
 
-def test_after_release_of_a_takeover_the_bot_continues(opened, pipeline, bot, alice) -> None:
-    services.takeover_lease(opened.sandbox, alice, holder="admin:alice")
-    services.release_lease(opened.sandbox, alice, holder="admin:alice")
+def test_after_release_of_a_takeover_the_bot_continues(opened, pipeline, bot, alice_actor) -> None:
+    services.takeover_lease(opened.sandbox, alice_actor, holder="admin:alice")
+    services.release_lease(opened.sandbox, alice_actor, holder="admin:alice")
     back = services.open_sandbox(pipeline, CHAT, bot, holder="agent-a")
     assert back.sandbox.pk == opened.sandbox.pk
     assert (back.lease.holder, back.lease.epoch) == ("agent-a", 3)
@@ -132,14 +136,14 @@ def test_close_that_the_engine_refuses_changes_nothing(opened, bot, fake_runtime
     assert Sandbox.objects.get().state == "running"
 
 
-def test_the_lease_says_who_took_it_for_its_holder(opened, bot, alice) -> None:
+def test_the_lease_says_who_took_it_for_its_holder(opened, bot, alice_actor) -> None:
     from sandboxes.templatetags.boxyard import actor
 
     sandbox = opened.sandbox
     assert Lease.objects.get(sandbox=sandbox).acquired_by == str(bot)
-    services.takeover_lease(sandbox, alice)
+    services.takeover_lease(sandbox, alice_actor)
     assert Lease.objects.get(sandbox=sandbox).acquired_by == "admin:alice"
-    services.release_lease(sandbox, alice, force=True)
+    services.release_lease(sandbox, alice_actor, force=True)
     assert Lease.objects.get(sandbox=sandbox).acquired_by == ""
     # As the dashboard says it.
     assert actor("bot:support/token-3") == "the token 3 of support"
