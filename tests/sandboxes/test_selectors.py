@@ -97,19 +97,21 @@ def test_another_pipelines_sandbox_is_not_found_like_one_that_never_was(
     assert not_found(lambda: sandbox_for(support_bot, nowhere)) == f"no sandbox {nowhere}"
 
 
-def test_a_page_finds_a_sandbox_it_may_see_or_none(billing, support, support_bot, admin) -> None:
+def test_a_page_finds_a_sandbox_it_may_see_or_none(
+    billing_pipeline: Any, support_pipeline: Any, support_bot: Any, admin_principal: Any
+) -> None:
     """What the dashboard's websockets fetch with: the same rule, and None instead of a 404
     for a sandbox gone (or never there, or another pipeline's)."""
-    mine, theirs = sandbox(support, "group_1"), sandbox(billing, "group_1")
+    mine, theirs = sandbox(support_pipeline, "group_1"), sandbox(billing_pipeline, "group_1")
     found = find_sandbox(support_bot, str(mine.pk))
     assert found is not None and found.pk == mine.pk
     assert find_sandbox(support_bot, theirs.pk) is None
     assert find_sandbox(support_bot, uuid.uuid4()) is None
     assert find_sandbox(support_bot, "not-a-uuid") is None
-    seen = find_sandbox(admin, theirs.pk)
+    seen = find_sandbox(admin_principal, theirs.pk)
     assert seen is not None and seen.pk == theirs.pk
     assert set(visible_sandboxes(support_bot)) == {mine}
-    assert set(visible_sandboxes(admin)) == {mine, theirs}
+    assert set(visible_sandboxes(admin_principal)) == {mine, theirs}
 
 
 @pytest.mark.parametrize(
