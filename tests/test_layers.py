@@ -21,8 +21,9 @@ PRODUCT = ("boxyard", "pipelines", "sandboxes", "hosts", "config")
 FLOORS: dict[str, tuple[str, ...]] = {
     "entry points": (
         "config", "boxyard.web",
-        "sandboxes.api", "sandboxes.schemas", "sandboxes.mcp", "sandboxes.views",
-        "sandboxes.urls", "sandboxes.downloads", "sandboxes.templatetags", "sandboxes.consumers",
+        "sandboxes.api", "sandboxes.operations", "sandboxes.schemas", "sandboxes.mcp",
+        "sandboxes.views", "sandboxes.urls", "sandboxes.downloads", "sandboxes.templatetags",
+        "sandboxes.consumers",
         "sandboxes.tasks", "sandboxes.admin", "sandboxes.apps", "sandboxes.management",
         "pipelines.api", "pipelines.tools", "pipelines.views", "pipelines.urls", "pipelines.forms",
         "pipelines.admin", "pipelines.apps", "pipelines.management",
