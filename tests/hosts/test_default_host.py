@@ -17,7 +17,7 @@ def test_reading_the_default_host_makes_no_row() -> None:
     local = DockerHost.objects.get(is_default=True)  # made by the migrations
     assert (local.name, local.url) == ("local", "") and default_host_pk() == local.pk
     local.delete()
-    with pytest.raises(DockerHost.DoesNotExist, match="manage.py migrate"):
+    with pytest.raises(DockerHost.DoesNotExist, match="no default Docker host"):
         default_host_pk()
     assert not DockerHost.objects.filter(is_default=True).exists()
 
