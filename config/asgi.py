@@ -21,8 +21,8 @@ from django.conf import settings  # noqa: E402
 from django.http.request import split_domain_port, validate_host  # noqa: E402
 
 from config.gate import Gate  # noqa: E402
+from config.routing import websocket_urlpatterns  # noqa: E402
 from sandboxes.mcp.app import McpApplication, serves  # noqa: E402
-from sandboxes.routing import websocket_urlpatterns  # noqa: E402
 
 if TYPE_CHECKING:
     from asgiref.typing import ASGI3Application, ASGIReceiveCallable, ASGISendCallable

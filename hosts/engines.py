@@ -1,6 +1,11 @@
-"""Each Docker host's engine, as this process reaches it: one `DockerRuntime` per host (its
-connection pool, the agent channels opened through it), made on first use and kept while the
-host's connection settings stay as they are.
+"""The engine of a sandbox or of a Docker host: the one service that says which runtime
+serves a host (`get_runtime(host)`, `runtime_of(sandbox)`). The runtime below knows engines and
+containers, never the hosts' rows: this module reads them, and installs `get_runtime` in the
+runtime (`sandboxes.runtime.serve_engines`, when Django starts) for the runtime's own needs.
+`sandboxes.runtime.set_runtime` swaps every host's engine for one (tests).
+
+One `DockerRuntime` per host in this process (its connection pool, the agent channels opened
+through it), made on first use and kept while the host's connection settings stay as they are.
 
 A host's row is read again at most every REFRESH_SECONDS, so a host marked down by another
 process (the health check of whichever worker saw it first) is refused here within that time,
@@ -17,13 +22,15 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 from pathlib import Path
+from typing import Protocol
 
 from django.conf import settings
 
 from boxyard.errors import N_, BoxyardError, HostUnavailable, NotFound
 from hosts.models import DockerHost
-from sandboxes.runtime import EngineFacts, machine_runtime
+from sandboxes.runtime import EngineFacts, Runtime, swapped
 from sandboxes.runtime.docker import DockerRuntime
 from sandboxes.runtime.docker.connection import Connection
 
@@ -43,6 +50,34 @@ class _Known:
 
 _known: dict[int, _Known] = {}
 _lock = threading.Lock()
+
+
+class OnHost(Protocol):
+    """Anything on a Docker host: a sandbox (its `host_id`)."""
+
+    @property
+    def host_id(self) -> int | None: ...
+
+
+def get_runtime(host: int | None = None) -> Runtime:
+    """The engine of the Docker host `host` (its id), or this machine's (None). Raises
+    HostUnavailable when the host is marked down."""
+    runtime = swapped()
+    if runtime is not None:
+        return runtime
+    return machine_runtime() if host is None else runtime_for(host)
+
+
+def runtime_of(placed: OnHost) -> Runtime:
+    """The engine of the host a sandbox is on."""
+    return get_runtime(placed.host_id)
+
+
+@cache
+def machine_runtime() -> DockerRuntime:
+    """This machine's engine, as BOXYARD_DOCKER_HOST (or DOCKER_HOST) says: the default
+    Docker host's, and the one image builds without a host go to."""
+    return DockerRuntime(base_url=settings.BOXYARD_DOCKER_HOST or None)
 
 
 def runtime_for(host_id: int) -> DockerRuntime:
@@ -119,9 +154,7 @@ def _remember(host: DockerHost) -> _Known:
 
 def _make(host: DockerHost) -> DockerRuntime:
     if not host.url:  # this machine's engine: the one the rest of Boxyard uses
-        runtime = machine_runtime()
-        assert isinstance(runtime, DockerRuntime)
-        return runtime
+        return machine_runtime()
     paths = _tls_files(host) if host.tls_cert else {}
     return DockerRuntime(connection=Connection(url=host.url, host=host.name, **paths))
 

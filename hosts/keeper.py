@@ -18,7 +18,7 @@ from django.db import close_old_connections, connection
 from boxyard.errors import BoxyardError
 from hosts import services
 from hosts.engines import engine_of
-from hosts.models import DockerHost, default_host_pk
+from hosts.models import DockerHost
 from sandboxes.services.background import RECONCILE, later
 from sandboxes.services.watching import follow, following, unfollow
 
@@ -39,7 +39,6 @@ def served_queues() -> list[str]:
 def served() -> list[DockerHost]:
     """The hosts this process serves (BOXYARD_WORKER_HOSTS)."""
     names = [name.strip() for name in settings.BOXYARD_WORKER_HOSTS.split(",") if name.strip()]
-    default_host_pk()  # this machine's engine is a host, whatever happened to its row
     hosts = DockerHost.objects.all()
     if "*" not in names:
         hosts = hosts.filter(name__in=names)

@@ -136,13 +136,13 @@ def queue_of(host_id: int) -> str:
 
 
 def default_host_pk() -> int:
-    """The default host's id: where a sandbox goes that names none. Made by the migrations;
-    made again if it was deleted. Reads the id alone, as the migration that gives existing
-    sandboxes their host must, whatever columns the table has then."""
+    """The default host's id: where a sandbox goes that names none. Only reads: the row is
+    made by the migrations, and again at start-up (`hosts.services.ensure_default_host`).
+    Reads the id alone, as the migration that gives existing sandboxes their host must,
+    whatever columns the table has then. Raises DockerHost.DoesNotExist without it."""
     found = DockerHost.objects.filter(is_default=True).values_list("pk", flat=True).first()
-    if found is not None:
-        return int(found)
-    host, _created = DockerHost.objects.get_or_create(
-        is_default=True, defaults={"name": DEFAULT_NAME}
-    )
-    return host.pk
+    if found is None:
+        raise DockerHost.DoesNotExist(
+            f"no default Docker host: `manage.py migrate` makes {DEFAULT_NAME!r}"
+        )
+    return int(found)

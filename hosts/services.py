@@ -23,7 +23,7 @@ from django.utils import timezone
 from boxyard.actors import SYSTEM, Actor
 from boxyard.errors import N_, Conflict, InvalidInput, NotFound
 from hosts.engines import forget_all, identify, remove_tls_files
-from hosts.models import DockerHost, HostState
+from hosts.models import DEFAULT_NAME, DockerHost, HostState
 from sandboxes import events, live
 from sandboxes.models import Sandbox, State
 from sandboxes.runtime import EngineFacts
@@ -32,6 +32,16 @@ from sandboxes.runtime import EngineFacts
 # that give up after 2 s, a host that stops answering is marked down within 10 s.
 DOWN_AFTER = timedelta(seconds=5)
 EDITABLE = ("url", "tls_ca", "tls_cert", "tls_key", "labels", "cpus", "memory_mb", "max_sandboxes")
+
+
+def ensure_default_host() -> DockerHost:
+    """This machine's engine as the default host, made again if its row is gone (the
+    migrations make it; a database emptied since has none). Called where Boxyard starts: the
+    server, a worker, the tests' database."""
+    host, _created = DockerHost.objects.get_or_create(
+        is_default=True, defaults={"name": DEFAULT_NAME}
+    )
+    return host
 
 
 def add_host(actor: Actor, name: str, **fields: Any) -> DockerHost:

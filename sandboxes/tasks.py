@@ -13,7 +13,6 @@ from dataclasses import asdict
 from typing import Any
 
 from celery import shared_task
-from celery.signals import celeryd_after_setup, worker_ready, worker_shutdown
 from django.conf import settings
 
 from boxyard.actors import SYSTEM, Actor
@@ -140,37 +139,3 @@ def move(sandbox_id: str, target: int | None, actor: str) -> str | None:
 def move_all(host: int, actor: str) -> int:
     """Move every sandbox of a draining host elsewhere, one at a time."""
     return len(move_everything(DockerHost.objects.get(pk=host), Actor.parse(actor)))
-
-
-@worker_ready.connect
-def _reconcile_at_start(**_: Any) -> None:
-    reconcile.delay()
-
-
-@celeryd_after_setup.connect
-def _consume_the_hosts_queues(sender: str, instance: Any, **_: Any) -> None:
-    """A worker consumes the queues of the Docker hosts it serves (BOXYARD_WORKER_HOSTS)
-    besides the default one; hosts added later are added by its keeper."""
-    from hosts.keeper import served_queues
-
-    queues = served_queues()
-    if queues:  # selecting any queue leaves out the default one unless it is selected too
-        instance.app.amqp.queues.select_add(settings.CELERY_TASK_DEFAULT_QUEUE)
-    for queue in queues:
-        instance.app.amqp.queues.select_add(queue)
-
-
-@worker_ready.connect
-def _keep_the_hosts(sender: Any = None, **_: Any) -> None:
-    """The served hosts' health checked, and a container that dies outside Boxyard marked
-    lost at once (the embedded worker starts its keeper itself: it sends no worker_ready)."""
-    from hosts.keeper import start_keeping  # hosts sits above the sandboxes' services
-
-    start_keeping(worker=getattr(sender, "hostname", None))
-
-
-@worker_shutdown.connect
-def _stop_keeping(**_: Any) -> None:
-    from hosts.keeper import stop_keeping
-
-    stop_keeping()

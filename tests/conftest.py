@@ -116,12 +116,12 @@ def _seeded_rows(request: pytest.FixtureRequest) -> None:
     request.getfixturevalue("transactional_db" if transactional else "db")
     from django.apps import apps
 
-    from hosts.models import default_host_pk
+    from hosts.services import ensure_default_host
     from pipelines.models import SessionTemplate
 
     if not SessionTemplate.objects.exists():
         import_module("pipelines.migrations.0002_scope_presets").seed(apps, None)
-    default_host_pk()
+    ensure_default_host()
 
 
 @pytest.fixture(autouse=True)

@@ -1,8 +1,9 @@
 """The container runtime: the only way Boxyard talks to a container engine.
 
 `sandboxes.runtime.docker` is the only module of the project that imports docker-py.
-Everything else uses the `Runtime` protocol below through `get_runtime()`, so pure-logic
-tests can use a fake while behaviour tests use the real engine.
+Everything else uses the `Runtime` protocol below; which engine serves a Docker host is the
+service `hosts.engines`'s to say (the runtime holds no rows), and `set_runtime()` swaps every
+host's for one, so pure-logic tests can use a fake while behaviour tests use the real engine.
 
 Conventions every implementation keeps:
 - every container and volume carries the labels of `labels_for()`;
@@ -16,7 +17,6 @@ import socket
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import cache
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -354,44 +354,54 @@ class EventStream(Protocol):
     def close(self) -> None: ...
 
 
-@cache
-def machine_runtime() -> Runtime:
-    """This machine's engine, as BOXYARD_DOCKER_HOST (or DOCKER_HOST) says: the default
-    Docker host's, and the one image builds without a host go to."""
-    from sandboxes.runtime.docker import DockerRuntime
-
-    return DockerRuntime(base_url=settings.BOXYARD_DOCKER_HOST or None)
-
-
 _override: Runtime | None = None
 
 
-class OnHost(Protocol):
-    """Anything on a Docker host: a sandbox (its `host_id`)."""
-
-    @property
-    def host_id(self) -> int | None: ...
-
-
-def get_runtime(host: int | None = None) -> Runtime:
-    """The engine of the Docker host `host` (its id), or this machine's (None). Raises
-    HostUnavailable when the host is marked down."""
-    if _override is not None:
-        return _override
-    if host is None:
-        return machine_runtime()
-    from hosts.engines import runtime_for  # hosts reads its rows; the runtime needs none
-
-    return runtime_for(host)
-
-
-def runtime_of(placed: OnHost) -> Runtime:
-    """The engine of the host a sandbox is on."""
-    return get_runtime(placed.host_id)
-
-
 def set_runtime(runtime: Runtime | None) -> None:
-    """Swap the runtime of every host (tests with a fake, or with another engine); None
+    """Swap the engine of every host (tests with a fake, or with another engine); None
     restores the Docker hosts' own."""
     global _override
     _override = runtime
+
+
+def swapped() -> Runtime | None:
+    """The engine `set_runtime` put in place of every host's, if any."""
+    return _override
+
+
+class Engines(Protocol):
+    """How the engine of a Docker host is found, by the host's id (None: this machine's)."""
+
+    def __call__(self, host: int | None = None, /) -> Runtime: ...
+
+
+_engines: Engines | None = None
+
+
+def serve_engines(engines: Engines) -> None:
+    """Install how a host's engine is found. The runtime knows engines and containers, not
+    the hosts' rows: the service that reads them (`hosts.engines`) installs itself here when
+    Django starts, and the runtime asks it for the engine of a container's host (an agent's
+    channel, opened on first use)."""
+    global _engines
+    _engines = engines
+
+
+def engine_at(host: int | None) -> Runtime:
+    """The engine of the Docker host `host` (its id; None: this machine's), as installed by
+    `serve_engines`. Raises what it raises (HostUnavailable for a host marked down)."""
+    if _override is not None:
+        return _override
+    if _engines is None:
+        raise RuntimeError("no Docker hosts' engines installed: Django is not set up")
+    return _engines(host)
+
+
+def get_runtime(host: int | None = None) -> Runtime:
+    """Until the services import `hosts.engines.get_runtime`: the same."""
+    return engine_at(host)
+
+
+def runtime_of(placed: Any) -> Runtime:
+    """Until the services import `hosts.engines.runtime_of`: the same."""
+    return engine_at(placed.host_id)

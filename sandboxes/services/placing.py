@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from django.db.models import Count, Sum
 
 from boxyard.errors import N_, NoRoom
-from hosts.models import DockerHost, HostState, default_host_pk
+from hosts.models import DockerHost, HostState
 from pipelines.models import Pipeline
 from sandboxes.models import QUOTA_STATES, Sandbox
 
@@ -37,7 +37,6 @@ class Load:
 def place(pipeline: Pipeline, *, excluding: int | None = None) -> DockerHost:
     """The host for a new sandbox of `pipeline` (not host `excluding`: the one a sandbox
     moves from); call inside the transaction that creates or moves it. Raises NoRoom."""
-    default_host_pk()  # this machine's engine is a host, whatever happened to its row
     candidates = DockerHost.objects.select_for_update().order_by("pk")
     if excluding is not None:
         candidates = candidates.exclude(pk=excluding)

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from boxyard.actors import SYSTEM
 from boxyard.errors import NoRoom
-from hosts.models import DockerHost, HostState, default_host_pk
+from hosts.models import DockerHost, HostState
 from sandboxes.models import Sandbox, State
 from sandboxes.services.creating import create_row
 from sandboxes.services.placing import loads_of, place
@@ -18,7 +18,6 @@ from sandboxes.services.placing import loads_of, place
 
 def _only(*hosts: DockerHost) -> None:
     """The default host (this machine's engine) out of the way: draining."""
-    default_host_pk()  # made again if an earlier test's flush took it
     DockerHost.objects.exclude(pk__in=[host.pk for host in hosts]).update(state=HostState.DRAINING)
 
 

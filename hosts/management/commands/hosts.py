@@ -60,7 +60,7 @@ class Command(BaseCommand):
             raise CommandError(str(error)) from error
 
     def _list(self, options: dict[str, Any]) -> None:
-        default_host_pk()  # this machine's engine is a host, whatever happened to its row
+        services.ensure_default_host()  # this machine's engine is a host, whatever befell its row
         hosts = list(DockerHost.objects.all())
         loads = loads_of([host.pk for host in hosts])
         for host in hosts:

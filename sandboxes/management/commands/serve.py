@@ -9,6 +9,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from boxyard.errors import BoxyardError
+from hosts.services import ensure_default_host
 
 
 class Command(BaseCommand):
@@ -27,6 +28,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         call_command("migrate", interactive=False, verbosity=0)
+        ensure_default_host()
         call_command("collectstatic", interactive=False, verbosity=0)
         if not options["no_build"]:
             self._images()

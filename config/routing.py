@@ -1,3 +1,6 @@
+"""The websocket routes of every app: the dashboard's fleet, a sandbox, its terminal, the Docker
+hosts."""
+
 from collections.abc import Awaitable, Callable
 
 from django.urls import URLPattern, path
