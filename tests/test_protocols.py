@@ -8,7 +8,7 @@ from sandboxes import operations
 from sandboxes.mcp import tools as mcp_tools
 from sandboxes.operations import OPERATIONS, TOOLS
 from sandboxes.schemas.tools import API_PREFIX, tool_specs
-from tests.test_layers import REPO, _imports, _module
+from tests.test_layers import REPO, _module, _reaches
 
 # Routes of the bot API written by hand, as no record's answer fits them: bytes streamed in or
 # out, server-sent events, and reads of the caller's pipeline rather than of one sandbox.
@@ -30,11 +30,7 @@ def _importing(package: str, banned: tuple[str, ...]) -> list[str]:
     """What the modules of `package` import of `banned` (read from the source)."""
     found = []
     for path in (REPO / package.replace(".", "/")).rglob("*.py"):
-        found += [
-            f"{_module(path)} imports {name}"
-            for name in _imports(path)
-            if any(name == ban or name.startswith(ban + ".") for ban in banned)
-        ]
+        found += [f"{_module(path)} imports {name}" for name in _reaches(path, banned)]
     return sorted(found)
 
 
