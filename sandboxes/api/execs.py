@@ -88,7 +88,9 @@ def exec_output(
 ) -> dict[str, Any]:
     who = principal(request)
     record = selectors.exec_for(who, selectors.sandbox_for(who, sandbox_id), exec_id)
-    chunks, record, dropped = services.exec_output(record, query.since_seq, query.max_bytes)
+    chunks, record, dropped = services.exec_output_recording_end(
+        record, query.since_seq, query.max_bytes
+    )
     return {"chunks": chunks, **progress_out(record), "dropped_bytes": dropped}
 
 
