@@ -12,7 +12,7 @@ import json
 import queue
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -92,7 +92,7 @@ class FakeRuntime:
                 id=f"fake{next(_ids):060d}",
                 name=spec.name,
                 status="running",
-                # Made with the agent, as every sandbox is; none answers in it (`attach`).
+                # Made with the agent, as every sandbox is (`attach`: `FakeAgent`).
                 labels=dict(spec.labels),
             )
             self._happen(self.containers[spec.name], "start")
@@ -152,9 +152,10 @@ class FakeRuntime:
         raise NotImplementedError
 
     def attach(self, container: str, argv: list[str], user: str | None = None) -> "FakeAgent":
-        if self._find(container) is None:
-            raise AgentGone("no such container")
-        return FakeAgent()
+        info = self._find(container)
+        if info is None or not info.running:
+            raise AgentGone("the container does not run")
+        return FakeAgent(lambda: (found := self._find(container)) is not None and found.running)
 
     def agent_socket(self, container: str) -> None:
         return None  # no agent here: file operations take the engine's execs
@@ -197,12 +198,17 @@ def _carries(labels: dict[str, str], wanted: dict[str, str]) -> bool:
 
 class FakeAgent:
     """The agent's bridge as a fake container runs it: it answers every request at once, as
-    an agent of the current protocol whose every command succeeds with no output."""
+    an agent of the current protocol whose every command succeeds with no output; the
+    bridge ends when its container stops (`running` says whether it still runs)."""
 
-    def __init__(self) -> None:
+    def __init__(self, running: Callable[[], bool]) -> None:
         self._out: queue.Queue[bytes | None] = queue.Queue()
+        self._running = running
 
     def send(self, data: bytes) -> None:
+        if not self._running():
+            self.close()
+            return
         for line in data.splitlines():
             request = json.loads(line)
             answer: dict[str, object] = {"id": request["id"], "ok": True}
