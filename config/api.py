@@ -13,6 +13,7 @@ from ninja.security import APIKeyCookie, HttpBearer
 from boxyard.errors import BoxyardError, InvalidInput, problem
 from pipelines.api import router as pipelines_router
 from sandboxes.api import router as sandboxes_router
+from sandboxes.operations import field_name, require_unicode
 from sandboxes.selectors import Principal, principal_for_token, principal_for_user
 
 
@@ -55,21 +56,6 @@ class StrictJSON(Parser):
             raise InvalidInput("body", f"is not valid JSON ({error})") from None
         require_unicode(data)
         return data
-
-
-def require_unicode(value: Any, where: str = "body") -> None:
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise InvalidInput(where, "holds a lone surrogate escape; send valid Unicode") from None
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            require_unicode(key, where)
-            require_unicode(item, f"{where}.{key}" if where != "body" else str(key))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            require_unicode(item, f"{where}[{index}]")
 
 
 api = NinjaAPI(
@@ -120,24 +106,6 @@ def on_validation_error(request: HttpRequest, error: ValidationError) -> HttpRes
             ],
         },
     )
-
-
-def field_name(location: Any) -> str:
-    """The caller's own name for a field from ninja's error location.
-
-    ("body", "body", "cmd", "list[str]") → "cmd": the source, the view's body parameter, the
-    field, then a member of a union type; ("query", "path") → "path".
-    """
-    parts = [str(part) for part in location]
-    source, rest = (parts[0], parts[1:]) if parts else ("body", [])
-    if source == "body" and rest[:1] == ["body"]:
-        rest = rest[1:]
-    names: list[str] = []
-    for part in rest:
-        if "[" in part or part in ("str", "int", "float", "bool", "function-after"):
-            break
-        names.append(part)
-    return ".".join(names) or source
 
 
 @api.exception_handler(AuthenticationError)

@@ -422,3 +422,24 @@ class FleetSample(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M} {self.pipeline or 'all'}"
+
+
+class SessionSandbox(models.Model):
+    """The sandbox a protocol's session opened (an MCP session whose pipeline's scope gives
+    every open a sandbox of its own), so that any web process, also after a restart, finds it
+    again for the session's next call. A pipeline keeps at most as many as it may have
+    sessions open; a row goes when its session ends, or once unused for a session's idle time.
+    """
+
+    session = models.CharField(
+        primary_key=True, max_length=200, help_text="The protocol and its session's id."
+    )
+    pipeline = models.ForeignKey(Pipeline, on_delete=models.CASCADE, related_name="+")
+    sandbox = models.ForeignKey(Sandbox, on_delete=models.CASCADE, related_name="+")
+    used_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [models.Index(fields=["pipeline", "used_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.session} → {self.sandbox_id}"

@@ -5,16 +5,18 @@ family's set: the OpenAPI document lists exactly what the server answers (423 wh
 lease refuses, 507 where the workspace can fill, 411 where an upload must say its length).
 
 The views block (the database, the engine): under ASGI each request runs in a thread of the
-server's pool (config.handlers), except while a long call waits for a sandbox (`later`).
+server's pool (config.handlers), except while a long call waits for a sandbox (`Later`).
 """
 
 from collections.abc import Callable
 from typing import Any
 
 from django.http import HttpRequest
-from ninja import Schema
+from ninja import Router
+from ninja.responses import Status
 
 from boxyard.later import Awaited, Later
+from sandboxes.operations import Answer, Call, Context, Operation
 from sandboxes.schemas import ErrorOut
 from sandboxes.selectors import Principal
 
@@ -36,12 +38,38 @@ UPLOADS = LEASED | {408, 411, 507}
 DOWNLOADS = READS | {412, 416}
 
 
-def later(awaited: Awaited[Any], schema: type[Schema], render: Callable[[Any], Any]) -> Later:
-    """A long call's answer, to come: `render(result)` in the shape of `schema` (as django-ninja
-    renders what a view returns), or the call's error."""
-    return Later(
-        awaited.then(lambda result: schema.model_validate(render(result)).model_dump(mode="json"))
+# What a route of a record answers: the presented answer, with its status where it is not 200,
+# or a long call's answer to come.
+Answered = Answer | Status[Answer] | Later
+
+
+def route(
+    router: Router, operation: Operation[Any, Any], errors: frozenset[int]
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The route of an operation's record: its method and path, its output and `errors`, the
+    failures it can answer."""
+    return router.api_operation(
+        [operation.method],
+        operation.path,
+        response=responds(operation.output, errors, operation.status),
+        summary=operation.summary,
     )
+
+
+def answer(request: HttpRequest, operation: Operation[Any, Any], call: Call[Any]) -> Answered:
+    """The record run for the caller: its presented answer (with its status), or a long
+    call's answer to come (`Later`), in the output's shape as django-ninja renders it."""
+    answered = operation.run(context(request), call)
+    if isinstance(answered, Awaited):
+        return Later(answered.then(operation.shown))
+    if operation.status != 200:
+        return Status(operation.status, answered)
+    return answered
+
+
+def context(request: HttpRequest) -> Context:
+    """Who calls, and the origin the request reached (for absolute links)."""
+    return Context(principal(request), request.build_absolute_uri("/").removesuffix("/"))
 
 
 def responds(schema: Any, errors: frozenset[int] = READS, status: int = 200) -> dict[Any, Any]:

@@ -1,97 +1,41 @@
 """The bot API's routes for commands: run one, read its output (polled or as server-sent
-events), wait for it, kill it."""
+events), wait for it, kill it. Each JSON route runs its operation's record
+(`sandboxes.operations.execs`); the output's bytes and its server-sent events are written
+here, as streams that no record's answer is."""
 
-from typing import Any, Literal
+from typing import Literal
 
 from django.http import HttpRequest, StreamingHttpResponse
 from django.utils.http import content_disposition_header
 from ninja import Query, Router
 
-from boxyard.later import Awaited, Later
 from boxyard.threads import pulled
-from pipelines.models import Pipeline
 from sandboxes import selectors, services
-from sandboxes.api.common import BODY, CHANGES, READS, later, principal, responds
+from sandboxes.api.common import BODY, CHANGES, READS, Answered, answer, principal, responds, route
 from sandboxes.api.sse import event_stream
-from sandboxes.models import Sandbox
+from sandboxes.operations import Call, execs
 from sandboxes.schemas import Fencing
-from sandboxes.schemas.execs import (
-    SSE_EVENT,
-    ExecIn,
-    ExecOut,
-    ExecOutputOut,
-    KillOut,
-    OutputQuery,
-    StreamQuery,
-    WaitIn,
-    WaitOut,
-    exec_out,
-    progress_out,
-)
-from sandboxes.selectors import Principal
+from sandboxes.schemas.execs import SSE_EVENT, ExecIn, OutputQuery, StreamQuery, WaitIn
 from sandboxes.services.shares import long_call
 
 router = Router(tags=["sandboxes"])
 
 
-@router.post(
-    "/sandboxes/{sandbox_id}/exec", response=responds(ExecOut, CHANGES), summary="Run a command"
-)
-def exec_command(request: HttpRequest, sandbox_id: str, body: ExecIn) -> Later:
-    return later(run_command(principal(request), sandbox_id, body), ExecOut, lambda answer: answer)
+@route(router, execs.EXEC, CHANGES)
+def exec_command(request: HttpRequest, sandbox_id: str, body: ExecIn) -> Answered:
+    return answer(request, execs.EXEC, Call(body, sandbox_id))
 
 
-def run_command(
-    who: Principal, sandbox_id: str, body: ExecIn, watch: services.ExecWatch | None = None
-) -> Awaited[dict[str, Any]]:
-    """An exec as the API runs it (also the MCP server's, which follows it with `watch`): a
-    long call, whose answer comes once a foreground command has ended."""
-    sandbox = selectors.sandbox_for(who, sandbox_id)
-    exec_request = clean_exec(sandbox, body)
-    started = services.start_exec(
-        sandbox, exec_request, who.actor, holder=body.holder, epoch=body.epoch, watch=watch
-    )
-    return started.then(exec_out)
+@route(router, execs.GET_EXEC, READS)
+def get_exec(request: HttpRequest, sandbox_id: str, exec_id: str) -> Answered:
+    return answer(request, execs.GET_EXEC, Call(None, sandbox_id, exec_id))
 
 
-def clean_exec(target: Sandbox | Pipeline, body: ExecIn) -> services.ExecRequest:
-    """The exec the body asks for, checked against the sandbox (or, before there is one, its
-    pipeline)."""
-    return services.clean_request(
-        target,
-        cmd=body.cmd,
-        cwd=body.cwd,
-        env=body.env,
-        session=body.session,
-        timeout_seconds=body.timeout_seconds,
-        background=body.background,
-        one_shot=body.fresh,
-    )
-
-
-@router.get(
-    "/sandboxes/{sandbox_id}/execs/{exec_id}", response=responds(ExecOut), summary="One exec"
-)
-def get_exec(request: HttpRequest, sandbox_id: str, exec_id: str) -> dict[str, Any]:
-    who = principal(request)
-    sandbox = selectors.sandbox_for(who, sandbox_id)
-    return exec_out(selectors.exec_for(who, sandbox, exec_id))
-
-
-@router.get(
-    "/sandboxes/{sandbox_id}/execs/{exec_id}/output",
-    response=responds(ExecOutputOut),
-    summary="An exec's output as numbered chunks",
-)
+@route(router, execs.EXEC_OUTPUT, READS)
 def exec_output(
     request: HttpRequest, sandbox_id: str, exec_id: str, query: Query[OutputQuery]
-) -> dict[str, Any]:
-    who = principal(request)
-    record = selectors.exec_for(who, selectors.sandbox_for(who, sandbox_id), exec_id)
-    chunks, record, dropped = services.exec_output_recording_end(
-        record, query.since_seq, query.max_bytes
-    )
-    return {"chunks": chunks, **progress_out(record), "dropped_bytes": dropped}
+) -> Answered:
+    return answer(request, execs.EXEC_OUTPUT, Call(query, sandbox_id, exec_id))
 
 
 @router.get(
@@ -149,24 +93,11 @@ def exec_stream(
     return event_stream(services.exec_events(record, query.since_seq), held)
 
 
-@router.post(
-    "/sandboxes/{sandbox_id}/execs/{exec_id}/wait",
-    response=responds(WaitOut, BODY),
-    summary="Wait for an exec",
-)
-def exec_wait(request: HttpRequest, sandbox_id: str, exec_id: str, body: WaitIn) -> Later:
-    who = principal(request)
-    record = selectors.exec_for(who, selectors.sandbox_for(who, sandbox_id), exec_id)
-    return later(services.await_exec(record, body.timeout_seconds), WaitOut, progress_out)
+@route(router, execs.EXEC_WAIT, BODY)
+def exec_wait(request: HttpRequest, sandbox_id: str, exec_id: str, body: WaitIn) -> Answered:
+    return answer(request, execs.EXEC_WAIT, Call(body, sandbox_id, exec_id))
 
 
-@router.post(
-    "/sandboxes/{sandbox_id}/execs/{exec_id}/kill",
-    response=responds(KillOut, CHANGES),
-    summary="Kill an exec",
-)
-def exec_kill(request: HttpRequest, sandbox_id: str, exec_id: str, body: Fencing) -> dict[str, Any]:
-    who = principal(request)
-    record = selectors.exec_for(who, selectors.sandbox_for(who, sandbox_id), exec_id)
-    record = services.kill_exec(record, who.actor, holder=body.holder, epoch=body.epoch)
-    return {"ok": True, "status": record.state}
+@route(router, execs.EXEC_KILL, CHANGES)
+def exec_kill(request: HttpRequest, sandbox_id: str, exec_id: str, body: Fencing) -> Answered:
+    return answer(request, execs.EXEC_KILL, Call(body, sandbox_id, exec_id))

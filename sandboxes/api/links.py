@@ -3,49 +3,24 @@ that serves one to whoever holds it, with no token: `GET`/`HEAD` download the fi
 and all, as `files/raw` does), `PUT` uploads it (streamed as it arrives); any other method is
 405 with the link's methods in `Allow`."""
 
-from typing import Any
-
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from ninja import Router
-from ninja.responses import Status
 
 from boxyard.errors import BoxyardError, problem
 from config.bodies import content_length, pieces
-from sandboxes import selectors, services
-from sandboxes.api.common import CHANGES, principal, responds
+from sandboxes import services
+from sandboxes.api.common import CHANGES, Answered, answer, route
 from sandboxes.downloads import file_response
-from sandboxes.schemas.files import LinkIn, LinkOut
+from sandboxes.operations import Call, files
+from sandboxes.schemas.files import LinkIn
 
 router = Router(tags=["sandboxes"])
 
 
-@router.post(
-    "/sandboxes/{sandbox_id}/files/links",
-    response=responds(LinkOut, CHANGES, status=201),
-    summary="Make a link that downloads or uploads one file without the token",
-)
-def create_link(request: HttpRequest, sandbox_id: str, body: LinkIn) -> Status[dict[str, Any]]:
-    who = principal(request)
-    sandbox = selectors.sandbox_for(who, sandbox_id)
-    link = services.create_link(
-        sandbox,
-        body.path,
-        who.actor,
-        method=body.method,
-        expires_in_seconds=body.expires_in_seconds,
-        holder=body.holder,
-        epoch=body.epoch,
-    )
-    return Status(
-        201,
-        {
-            "url": request.build_absolute_uri(f"/links/{link.token}"),
-            "path": link.path,
-            "method": link.method,
-            "expires_at": link.expires_at,
-        },
-    )
+@route(router, files.LINK, CHANGES)
+def create_link(request: HttpRequest, sandbox_id: str, body: LinkIn) -> Answered:
+    return answer(request, files.LINK, Call(body, sandbox_id))
 
 
 @csrf_exempt  # the link is the credential; no cookie is read

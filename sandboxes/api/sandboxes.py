@@ -1,50 +1,46 @@
 """The bot API's routes for sandboxes themselves: open, list, get, reset, close, keep alive,
-the lease, compute mode and metrics. Each parses, fetches what the caller may see, calls one
-service and presents the answer."""
+the lease, compute mode and metrics. Each runs its operation's record
+(`sandboxes.operations.sandboxes`); the list and the metrics, reads of the caller's pipeline,
+are written here."""
 
 from typing import Any
 
 from django.http import HttpRequest
 from ninja import Query, Router
 
-from sandboxes import metrics, selectors, services
-from sandboxes.api.common import ANY, BODY, CHANGES, LEASED, principal, responds
+from sandboxes import metrics, selectors
+from sandboxes.api.common import (
+    ANY,
+    BODY,
+    CHANGES,
+    LEASED,
+    READS,
+    Answered,
+    answer,
+    principal,
+    responds,
+    route,
+)
 from sandboxes.models import State
+from sandboxes.operations import Call
+from sandboxes.operations import sandboxes as operations
 from sandboxes.schemas import Fencing
-from sandboxes.schemas.execs import RunIn, RunOut, run_out
+from sandboxes.schemas.execs import RunIn
 from sandboxes.schemas.sandboxes import (
-    CloseOut,
     CloseQuery,
-    KeepAliveOut,
-    LeaseOut,
     OpenIn,
-    OpenOut,
     ResetIn,
-    ResetOut,
     SandboxListOut,
-    SandboxOut,
     TakeoverIn,
-    lease_out,
-    reset_out,
     sandbox_out,
 )
 
 router = Router(tags=["sandboxes"])
 
 
-@router.post(
-    "/sandboxes/open",
-    response=responds(OpenOut, CHANGES),
-    summary="Get or create the sandbox of a scope",
-)
-def open_sandbox(request: HttpRequest, body: OpenIn) -> dict[str, Any]:
-    who = principal(request)
-    pipeline = selectors.pipeline_for(who, body.pipeline)
-    opened = services.open_sandbox(
-        pipeline, body.variables, who.actor, holder=body.holder, background=body.background
-    )
-    sandbox = selectors.sandbox_for(who, opened.sandbox.pk)
-    return {**sandbox_out(sandbox), "created": opened.created, "source": opened.source}
+@route(router, operations.OPEN, CHANGES)
+def open_sandbox(request: HttpRequest, body: OpenIn) -> Answered:
+    return answer(request, operations.OPEN, Call(body))
 
 
 @router.get(
@@ -69,111 +65,44 @@ def list_sandboxes(
     return {"sandboxes": [sandbox_out(sandbox) for sandbox in found]}
 
 
-@router.get("/sandboxes/{sandbox_id}", response=responds(SandboxOut), summary="One sandbox")
-def get_sandbox(request: HttpRequest, sandbox_id: str) -> dict[str, Any]:
+@route(router, operations.GET, READS)
+def get_sandbox(request: HttpRequest, sandbox_id: str) -> Answered:
     """The sandbox, with its workspace's size and use (asked of the sandbox when it runs)."""
-    sandbox = selectors.sandbox_for(principal(request), sandbox_id)
-    return sandbox_out(sandbox, services.workspace_usage(sandbox))
+    return answer(request, operations.GET, Call(None, sandbox_id))
 
 
-@router.post(
-    "/sandboxes/{sandbox_id}/reset",
-    response=responds(ResetOut, CHANGES),
-    summary="End every process in the sandbox; sessions and managed processes start again",
-)
-def reset_sandbox(request: HttpRequest, sandbox_id: str, body: ResetIn) -> dict[str, Any]:
-    who = principal(request)
-    sandbox = selectors.sandbox_for(who, sandbox_id)
-    result = services.reset_sandbox(
-        sandbox, who.actor, reason=body.reason, holder=body.holder, epoch=body.epoch
-    )
-    return reset_out(result)
+@route(router, operations.RESET, CHANGES)
+def reset_sandbox(request: HttpRequest, sandbox_id: str, body: ResetIn) -> Answered:
+    return answer(request, operations.RESET, Call(body, sandbox_id))
 
 
-@router.delete(
-    "/sandboxes/{sandbox_id}", response=responds(CloseOut, LEASED), summary="Close a sandbox"
-)
-def close_sandbox(
-    request: HttpRequest, sandbox_id: str, query: Query[CloseQuery]
-) -> dict[str, Any]:
-    who = principal(request)
-    sandbox = selectors.sandbox_for(who, sandbox_id)
-    closed = services.close_sandbox(
-        sandbox,
-        who.actor,
-        delete_workspace=query.delete_workspace,
-        holder=query.holder,
-        epoch=query.epoch,
-    )
-    return {"ok": True, "status": closed.state}
+@route(router, operations.CLOSE, LEASED)
+def close_sandbox(request: HttpRequest, sandbox_id: str, query: Query[CloseQuery]) -> Answered:
+    return answer(request, operations.CLOSE, Call(query, sandbox_id))
 
 
-@router.post(
-    "/sandboxes/{sandbox_id}/keepalive",
-    response=responds(KeepAliveOut, CHANGES),
-    summary="Count as activity now (the idle deadline moves) and renew the lease",
-)
-def keep_alive(request: HttpRequest, sandbox_id: str, body: Fencing) -> dict[str, Any]:
-    who = principal(request)
-    sandbox = selectors.sandbox_for(who, sandbox_id)
-    sandbox = services.keep_alive(sandbox, who.actor, holder=body.holder, epoch=body.epoch)
-    return {"ok": True, "idle_deadline": sandbox.idle_deadline, "expires_at": sandbox.expires_at}
+@route(router, operations.KEEP_ALIVE, CHANGES)
+def keep_alive(request: HttpRequest, sandbox_id: str, body: Fencing) -> Answered:
+    return answer(request, operations.KEEP_ALIVE, Call(body, sandbox_id))
 
 
-@router.post(
-    "/sandboxes/{sandbox_id}/lease/renew",
-    response=responds(LeaseOut, CHANGES),
-    summary="Renew the lease",
-)
-def renew_lease(request: HttpRequest, sandbox_id: str, body: Fencing) -> dict[str, Any]:
-    who = principal(request)
-    sandbox = selectors.sandbox_for(who, sandbox_id)
-    return lease_out(services.renew_lease(sandbox, who.actor, holder=body.holder, epoch=body.epoch))
+@route(router, operations.RENEW_LEASE, CHANGES)
+def renew_lease(request: HttpRequest, sandbox_id: str, body: Fencing) -> Answered:
+    return answer(request, operations.RENEW_LEASE, Call(body, sandbox_id))
 
 
-@router.post(
-    "/sandboxes/{sandbox_id}/lease/release",
-    response=responds(LeaseOut, CHANGES),
-    summary="Release the lease",
-)
-def release_lease(request: HttpRequest, sandbox_id: str, body: Fencing) -> dict[str, Any]:
-    who = principal(request)
-    sandbox = selectors.sandbox_for(who, sandbox_id)
-    lease = services.release_lease(
-        sandbox, who.actor, holder=body.holder, epoch=body.epoch, force=who.is_admin
-    )
-    return lease_out(lease)
+@route(router, operations.RELEASE_LEASE, CHANGES)
+def release_lease(request: HttpRequest, sandbox_id: str, body: Fencing) -> Answered:
+    return answer(request, operations.RELEASE_LEASE, Call(body, sandbox_id))
 
 
-@router.post(
-    "/sandboxes/{sandbox_id}/lease/takeover",
-    response=responds(LeaseOut, BODY),
-    summary="Take the lease over",
-)
-def takeover_lease(request: HttpRequest, sandbox_id: str, body: TakeoverIn) -> dict[str, Any]:
+@route(router, operations.TAKEOVER_LEASE, BODY)
+def takeover_lease(request: HttpRequest, sandbox_id: str, body: TakeoverIn) -> Answered:
     """The previous holder's calls get 423 until the lease is released. A takeover holds until
     released, or until the operator's ceiling (`expires_at`; null: no ceiling)."""
-    who = principal(request)
-    sandbox = selectors.sandbox_for(who, sandbox_id)
-    lease = services.takeover_lease(sandbox, who.actor, holder=body.holder, reason=body.reason)
-    return lease_out(lease)
+    return answer(request, operations.TAKEOVER_LEASE, Call(body, sandbox_id))
 
 
-@router.post(
-    "/run",
-    response=responds(RunOut, BODY | {507}),
-    summary="Compute mode: run code once in a fresh sandbox",
-)
-def run(request: HttpRequest, body: RunIn) -> dict[str, Any]:
-    who = principal(request)
-    pipeline = selectors.pipeline_for(who, body.pipeline)
-    result = services.run_code(
-        pipeline,
-        who.actor,
-        language=body.language,
-        code=body.code,
-        files_in=body.files,
-        env=body.env,
-        timeout_seconds=body.timeout_seconds,
-    )
-    return run_out(result)
+@route(router, operations.RUN, BODY | {507})
+def run(request: HttpRequest, body: RunIn) -> Answered:
+    return answer(request, operations.RUN, Call(body))

@@ -1,123 +1,52 @@
 """The bot API's routes for what runs in a sandbox besides its execs: shell sessions and the
-pipeline's managed processes."""
-
-from typing import Any
+pipeline's managed processes. Each runs its operation's record (`sandboxes.operations.shells`).
+"""
 
 from django.http import HttpRequest
 from ninja import Query, Router
 
-from sandboxes import selectors, services
-from sandboxes.api.common import CHANGES, LEASED, principal, responds
+from sandboxes.api.common import CHANGES, LEASED, READS, Answered, answer, route
+from sandboxes.operations import Call, shells
 from sandboxes.schemas import Fencing, FencingQuery
-from sandboxes.schemas.files import DeleteOut
-from sandboxes.schemas.shells import (
-    ProcessListOut,
-    ProcessOut,
-    ProcessOutputOut,
-    ProcessOutputQuery,
-    SessionIn,
-    SessionListOut,
-    SessionOut,
-    SessionToEnd,
-    StdinIn,
-    StdinOut,
-)
+from sandboxes.schemas.shells import ProcessOutputQuery, SessionIn, SessionToEnd, StdinIn
 
 router = Router(tags=["sandboxes"])
 
 
-@router.get(
-    "/sandboxes/{sandbox_id}/sessions", response=responds(SessionListOut), summary="Shell sessions"
-)
-def list_sessions(request: HttpRequest, sandbox_id: str) -> dict[str, Any]:
-    sandbox = selectors.sandbox_for(principal(request), sandbox_id)
-    return {"sessions": services.list_sessions(sandbox)}
+@route(router, shells.LIST_SESSIONS, READS)
+def list_sessions(request: HttpRequest, sandbox_id: str) -> Answered:
+    return answer(request, shells.LIST_SESSIONS, Call(None, sandbox_id))
 
 
-@router.post(
-    "/sandboxes/{sandbox_id}/sessions",
-    response=responds(SessionOut, CHANGES),
-    summary="Start a shell session",
-)
-def create_session(request: HttpRequest, sandbox_id: str, body: SessionIn) -> dict[str, Any]:
-    who = principal(request)
-    sandbox = selectors.sandbox_for(who, sandbox_id)
-    return services.create_session(
-        sandbox, body.name, who.actor, cwd=body.cwd, env=body.env, holder=body.holder,
-        epoch=body.epoch,
-    )  # fmt: skip
+@route(router, shells.CREATE_SESSION, CHANGES)
+def create_session(request: HttpRequest, sandbox_id: str, body: SessionIn) -> Answered:
+    return answer(request, shells.CREATE_SESSION, Call(body, sandbox_id))
 
 
-@router.delete(
-    "/sandboxes/{sandbox_id}/sessions/{name}",
-    response=responds(DeleteOut, LEASED),
-    summary="End a shell session",
-)
+@route(router, shells.DELETE_SESSION, LEASED)
 def delete_session(
-    request: HttpRequest,
-    sandbox_id: str,
-    query: Query[FencingQuery],
-    name: SessionToEnd,
-) -> dict[str, Any]:
-    who = principal(request)
-    sandbox = selectors.sandbox_for(who, sandbox_id)
-    services.delete_session(sandbox, name, who.actor, holder=query.holder, epoch=query.epoch)
-    return {"ok": True, "deleted": name}
+    request: HttpRequest, sandbox_id: str, query: Query[FencingQuery], name: SessionToEnd
+) -> Answered:
+    return answer(request, shells.DELETE_SESSION, Call(query, sandbox_id, name=name))
 
 
-@router.get(
-    "/sandboxes/{sandbox_id}/processes",
-    response=responds(ProcessListOut),
-    summary="The pipeline's managed processes in this sandbox",
-)
-def list_processes(request: HttpRequest, sandbox_id: str) -> dict[str, Any]:
-    sandbox = selectors.sandbox_for(principal(request), sandbox_id)
-    return {"processes": services.list_processes(sandbox)}
+@route(router, shells.LIST_PROCESSES, READS)
+def list_processes(request: HttpRequest, sandbox_id: str) -> Answered:
+    return answer(request, shells.LIST_PROCESSES, Call(None, sandbox_id))
 
 
-@router.post(
-    "/sandboxes/{sandbox_id}/processes/{name}/stdin",
-    response=responds(StdinOut, CHANGES),
-    summary="Write to a managed process's stdin",
-)
-def process_stdin(
-    request: HttpRequest, sandbox_id: str, name: str, body: StdinIn
-) -> dict[str, Any]:
-    who = principal(request)
-    sandbox = selectors.sandbox_for(who, sandbox_id)
-    data = services.stdin_bytes(body.text, body.data_b64, eof=body.eof)
-    return services.write_stdin(
-        sandbox, name, data, who.actor, eof=body.eof, holder=body.holder, epoch=body.epoch
-    )
+@route(router, shells.PROCESS_STDIN, CHANGES)
+def process_stdin(request: HttpRequest, sandbox_id: str, name: str, body: StdinIn) -> Answered:
+    return answer(request, shells.PROCESS_STDIN, Call(body, sandbox_id, name=name))
 
 
-@router.get(
-    "/sandboxes/{sandbox_id}/processes/{name}/output",
-    response=responds(ProcessOutputOut),
-    summary="A managed process's output as numbered chunks",
-)
+@route(router, shells.PROCESS_OUTPUT, READS)
 def process_output(
     request: HttpRequest, sandbox_id: str, name: str, query: Query[ProcessOutputQuery]
-) -> dict[str, Any]:
-    sandbox = selectors.sandbox_for(principal(request), sandbox_id)
-    return services.read_output(
-        sandbox,
-        name,
-        since_seq=query.since_seq,
-        generation=query.generation,
-        max_bytes=query.max_bytes,
-        wait_seconds=query.wait_seconds,
-    )
+) -> Answered:
+    return answer(request, shells.PROCESS_OUTPUT, Call(query, sandbox_id, name=name))
 
 
-@router.post(
-    "/sandboxes/{sandbox_id}/processes/{name}/restart",
-    response=responds(ProcessOut, CHANGES),
-    summary="Restart a managed process",
-)
-def process_restart(
-    request: HttpRequest, sandbox_id: str, name: str, body: Fencing
-) -> dict[str, Any]:
-    who = principal(request)
-    sandbox = selectors.sandbox_for(who, sandbox_id)
-    return services.restart_process(sandbox, name, who.actor, holder=body.holder, epoch=body.epoch)
+@route(router, shells.PROCESS_RESTART, CHANGES)
+def process_restart(request: HttpRequest, sandbox_id: str, name: str, body: Fencing) -> Answered:
+    return answer(request, shells.PROCESS_RESTART, Call(body, sandbox_id, name=name))

@@ -22,8 +22,17 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from boxyard.errors import BoxyardError, problem
 from boxyard.threads import in_pool
-from sandboxes.mcp import gateway, tools
-from sandboxes.mcp.connection import CALLER, SESSION_HEADER, Caller, bearer_token, chat_variables
+from sandboxes import services
+from sandboxes.mcp import gateway
+from sandboxes.mcp.connection import (
+    CALLER,
+    SESSION_HEADER,
+    Caller,
+    bearer_token,
+    chat_variables,
+    origin_of,
+    session_key,
+)
 from sandboxes.mcp.server import sandbox_server
 from sandboxes.mcp.sessions import (
     OPENING_PIPELINE,
@@ -59,7 +68,7 @@ class McpApplication:
             per_pipeline=settings.BOXYARD_MCP_SESSIONS_PER_PIPELINE,
             unused_seconds=settings.BOXYARD_MCP_UNUSED_SESSION_SECONDS,
             idle_seconds=settings.BOXYARD_MCP_SESSION_IDLE_SECONDS,
-            on_end=tools.forget_session,
+            on_end=lambda session_id: services.forget_session(session_key(session_id)),
         )
         self.sandboxes = CountedSessionManager(sandbox_server(), self.book, limit)
         self.gateway = CountedSessionManager(gateway.gateway_server(), self.book, limit)
@@ -97,8 +106,7 @@ class McpApplication:
             )
             return
         try:
-            caller = Caller(principal, chat_variables(scope), scope)
-            caller.http_request().get_host()  # ALLOWED_HOSTS, as for every other page
+            caller = Caller(principal, chat_variables(scope), scope, origin_of(scope))
         except DisallowedHost:
             await _answer(send, 400, "invalid_input", "host: not an allowed host name")
             return

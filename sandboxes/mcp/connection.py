@@ -14,7 +14,6 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from django.core.handlers.asgi import ASGIRequest
-from django.http import HttpRequest
 
 from boxyard.errors import InvalidInput
 from pipelines.models import Pipeline
@@ -27,12 +26,13 @@ SESSION_HEADER = b"mcp-session-id"
 
 @dataclass(frozen=True)
 class Caller:
-    """A pipeline's bot on one MCP request: its principal, its chat's variables, and the
-    HTTP request (its ASGI scope) they came with."""
+    """A pipeline's bot on one MCP request: its principal, its chat's variables, the HTTP
+    request (its ASGI scope) they came with, and that request's origin (`origin_of`)."""
 
     principal: Principal
     variables: dict[str, str]
     asgi: Mapping[str, Any] = field(repr=False)
+    origin: str = ""
 
     @property
     def pipeline(self) -> Pipeline:
@@ -47,12 +47,21 @@ class Caller:
                 return str(value.decode("latin-1"))
         return None
 
-    def http_request(self) -> HttpRequest:
-        """The request as Django sees it (its host and scheme make absolute links), with the
-        caller as the bot API's authentication leaves it."""
-        request = ASGIRequest(dict(self.asgi), io.BytesIO(b""))
-        request.auth = self.principal  # type: ignore[attr-defined]  # as django-ninja sets it
-        return request
+    @property
+    def session(self) -> str | None:
+        """The session as the chat's sandbox service knows it (one name space per protocol)."""
+        return None if self.session_id is None else session_key(self.session_id)
+
+
+def session_key(session_id: str) -> str:
+    return f"mcp:{session_id}"
+
+
+def origin_of(scope: Mapping[str, Any]) -> str:
+    """`scheme://host` of the request, read as Django reads every other request's (its
+    `ALLOWED_HOSTS` checked: `DisallowedHost`; a proxy's headers as the settings trust them),
+    for the absolute links a tool answers with."""
+    return ASGIRequest(dict(scope), io.BytesIO(b"")).build_absolute_uri("/").removesuffix("/")
 
 
 def bearer_token(scope: Mapping[str, Any]) -> str | None:

@@ -19,10 +19,10 @@ from pydantic import BaseModel, ValidationError
 
 from boxyard.errors import BoxyardError
 from boxyard.threads import in_pool
-from sandboxes import selectors
+from sandboxes import selectors, services
 from sandboxes.mcp.connection import Caller, caller_of
 from sandboxes.mcp.stdio import PeerError, peer
-from sandboxes.mcp.tools import chat_sandbox, error_result
+from sandboxes.mcp.tools import error_result
 from sandboxes.models import Sandbox
 
 SERVED = re.compile(r"/mcp/servers/(?P<name>[^/]+)/?")
@@ -47,7 +47,9 @@ def served_name(path: str) -> str | None:
 
 def _sandbox(caller: Caller) -> Sandbox:
     query = dict(parse_qsl(caller.asgi.get("query_string", b"").decode("utf-8", "replace")))
-    sandbox_id = query.get("sandbox_id") or chat_sandbox(caller)
+    sandbox_id = query.get("sandbox_id") or services.chat_sandbox(
+        caller.pipeline, caller.variables, caller.principal.actor, session=caller.session
+    )
     return selectors.sandbox_for(caller.principal, sandbox_id)
 
 

@@ -13,6 +13,7 @@ The SDK's session manager is extended at two points (a session admitted, a sessi
 everything else is the SDK's.
 """
 
+import contextlib
 import json
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
@@ -27,6 +28,8 @@ from mcp.server.context import CallNext, HandlerResult
 from mcp.server.streamable_http import StreamableHTTPServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
+from boxyard.errors import BoxyardError
+from boxyard.threads import in_pool
 from sandboxes.mcp.connection import caller_of
 
 # The pipeline whose request may open a session (set by the application around the SDK's call).
@@ -86,13 +89,18 @@ class SessionBook:
         self._open[session_id] = _Open(pipeline, transport)
         self._counts[pipeline] += 1
 
-    def discard(self, session_id: str) -> None:
+    def discard(self, session_id: str) -> bool:
+        """The session ended: whether it was open (then `on_end` is to be called, in a
+        thread: it may use the database)."""
         opened = self._open.pop(session_id, None)
         if opened is None:
-            return
+            return False
         self._counts[opened.pipeline] -= 1
         if not self._counts[opened.pipeline]:
             del self._counts[opened.pipeline]
+        return True
+
+    def on_end(self, session_id: str) -> None:
         self._on_end(session_id)
 
     def used(self, session_id: str | None) -> None:
@@ -140,7 +148,9 @@ class CountedSessionManager(StreamableHTTPSessionManager):
     async def _discard_session(
         self, session_id: str, transport: StreamableHTTPServerTransport
     ) -> None:
-        self.book.discard(session_id)
+        if self.book.discard(session_id):
+            with contextlib.suppress(BoxyardError):  # too busy: the row expires on its own
+                await in_pool(self.book.on_end, session_id)
         await super()._discard_session(session_id, transport)
 
 

@@ -1,19 +1,19 @@
-"""The sandbox tools over MCP: listed from the one catalog (`sandboxes.schemas.tools`), and each
-one run by the bot API's own route function, so a tool does exactly what its call does.
+"""The sandbox tools over MCP: one tool per operation record offered as a tool
+(`sandboxes.operations.TOOLS`), listed with its definition (`sandboxes.schemas.tools`) and run
+by its record, as the bot API runs the same record.
 
-Arguments are checked against the call's own request shape before anything happens. A tool
-without `sandbox_id` acts on the chat's sandbox, found or opened from the connection's
-variables. A command in the foreground reports its output as progress while it runs and is
-killed, with everything it started, if the client cancels it; waiting for one in the background
-reports its output the same way. An error of the API is a tool error with the same status,
-code and message.
+Arguments are checked against the record's input shape before anything happens. A tool
+without `sandbox_id` acts on the chat's sandbox, found or opened (`services.chat_sandbox`)
+from the connection's variables and session. A command in the foreground reports its output
+as progress while it runs and is killed, with everything it started, if the client cancels
+it; waiting for one in the background reports its output the same way. An error is a tool
+error with the status, code and message the bot API would answer.
 """
 
 import asyncio
 import contextlib
 import json
 import threading
-from collections.abc import Callable
 from functools import cache
 from typing import Any
 
@@ -21,58 +21,21 @@ import anyio
 import mcp_types as types
 from mcp.server import ServerRequestContext
 from mcp.shared.exceptions import MCPError
-from ninja.responses import Status
-from pydantic import ValidationError
 
-from boxyard.errors import BoxyardError, InvalidInput, NotFound, problem
-from boxyard.later import Awaited, Later
+from boxyard.errors import BoxyardError, InvalidInput, problem
+from boxyard.later import Awaited
 from boxyard.threads import in_pool
-from config.api import field_name, require_unicode
-from pipelines import scope
 from sandboxes import selectors, services
-from sandboxes.api import execs, files, links
-from sandboxes.api import sandboxes as sandbox_routes
 from sandboxes.mcp.connection import Caller, caller_of
 from sandboxes.models import Exec
-from sandboxes.schemas.execs import ExecIn, WaitIn
-from sandboxes.schemas.tools import ToolSpec, tool_specs
+from sandboxes.operations import TOOLS, Answer, Call, Context, Operation, Streams, require_unicode
+from sandboxes.schemas.execs import WaitIn
+from sandboxes.schemas.tools import tool_specs
 from sandboxes.services.shares import long_call
 
-# Each tool's route function of the bot API (the exec is run by `execs.run_command`).
-ROUTES: dict[str, Callable[..., Any]] = {
-    "sandbox_open": sandbox_routes.open_sandbox,
-    "sandbox_exec": execs.exec_command,
-    "sandbox_exec_read": execs.exec_output,
-    "sandbox_exec_wait": execs.exec_wait,
-    "sandbox_exec_kill": execs.exec_kill,
-    "sandbox_fs_write": files.write_file,
-    "sandbox_fs_read": files.read_file,
-    "sandbox_fs_list": files.list_files,
-    "sandbox_fs_delete": files.delete_file,
-    "sandbox_fs_link": links.create_link,
-    "sandbox_close": sandbox_routes.close_sandbox,
-    "sandbox_run": sandbox_routes.run,
-}
-SPECS = {spec.name: spec for spec in tool_specs()}
-# Tools that open the chat's sandbox when called without one (the others act on what an
-# earlier call made: an exec, or the sandbox itself to close).
-OPENS = frozenset(
-    {
-        "sandbox_exec",
-        "sandbox_fs_write",
-        "sandbox_fs_read",
-        "sandbox_fs_list",
-        "sandbox_fs_delete",
-        "sandbox_fs_link",
-    }
-)
-# Tools that reach beyond the sandbox when the pipeline gives it the network.
-_NETWORKED = frozenset({"sandbox_exec", "sandbox_run"})
+OPERATIONS: dict[str, Operation[Any, Any]] = {operation.name: operation for operation in TOOLS}
 # Output queued for progress at most (characters); past it a command's progress stops.
 PROGRESS_BACKLOG_CHARS = 1024 * 1024
-# The sandbox a session opened, for scopes that give each open a sandbox of its own.
-_session_sandboxes: dict[str, str] = {}
-_SESSIONS_KEPT = 10_000
 
 
 @cache
@@ -105,7 +68,7 @@ def listed_tools(network: bool) -> tuple[types.Tool, ...]:
                     read_only_hint=spec.hints.read_only,
                     destructive_hint=spec.hints.destructive,
                     idempotent_hint=spec.hints.idempotent,
-                    open_world_hint=network and spec.name in _NETWORKED,
+                    open_world_hint=network and spec.hints.networked,
                 ),
             )
         )
@@ -138,19 +101,20 @@ async def list_tools(
 async def call_tool(
     ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
 ) -> types.CallToolResult:
-    spec = SPECS.get(params.name)
-    if spec is None:
+    operation = OPERATIONS.get(params.name)
+    if operation is None:
         raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {params.name}")
     caller = caller_of(ctx.request)
     try:
         arguments = given_arguments(params.arguments)
         require_unicode(arguments)
-        if spec.name == "sandbox_exec":
-            answer = await _exec(ctx, caller, spec, arguments)
-        elif spec.name == "sandbox_exec_wait" and _wants_progress(ctx):
-            answer = await _wait(ctx, caller, spec, arguments)
+        streams = operation.hints.streams
+        if streams is Streams.ITS_COMMAND:
+            answer = await _followed(ctx, caller, operation, arguments)
+        elif streams is Streams.NAMED_COMMAND and _wants_progress(ctx):
+            answer = await _wait(ctx, caller, operation, arguments)
         else:
-            answer = await _settled(spec, await in_pool(_run, caller, spec, arguments))
+            answer = await _settled(operation, await in_pool(_run, caller, operation, arguments))
     except BoxyardError as error:
         return error_result(error)
     return types.CallToolResult(
@@ -169,7 +133,7 @@ def given_arguments(arguments: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def error_result(error: BoxyardError) -> types.CallToolResult:
-    """An error of the bot API as a tool error: the same status, code and message."""
+    """An error as a tool error: the status, code and message the bot API would answer."""
     answer = problem(error)
     return types.CallToolResult(
         content=[types.TextContent(text=f"{answer.status} {error.code}: {error.message}")],
@@ -178,120 +142,71 @@ def error_result(error: BoxyardError) -> types.CallToolResult:
     )
 
 
-async def _settled(spec: ToolSpec, answer: dict[str, Any] | Later) -> dict[str, Any]:
-    """A route's answer; a long call's (waiting for an exec) waited for with no thread held."""
-    if isinstance(answer, Later):
-        return _shown(spec, await answer.awaited.outcome())
+async def _settled(operation: Operation[Any, Any], answer: Answer | Awaited[Answer]) -> Answer:
+    """A record's answer as it is sent; a long call's (waiting for an exec) waited for with no
+    thread held."""
+    if isinstance(answer, Awaited):
+        answer = await answer.outcome()
+    return operation.shown(answer)
+
+
+def _run(
+    caller: Caller, operation: Operation[Any, Any], arguments: dict[str, Any]
+) -> Answer | Awaited[Answer]:
+    answer = operation.run(_context(caller), _call(caller, operation, arguments))
+    if operation.hints.names_chat_sandbox and caller.session is not None:
+        assert not isinstance(answer, Awaited)  # an open answers at once
+        services.remember_session_sandbox(
+            caller.session, caller.pipeline, str(answer["sandbox_id"])
+        )
     return answer
 
 
-def _run(caller: Caller, spec: ToolSpec, arguments: dict[str, Any]) -> dict[str, Any] | Later:
-    return _call_route(caller, spec, _route_arguments(caller, spec, arguments))
+def _context(caller: Caller, watch: services.ExecWatch | None = None) -> Context:
+    return Context(caller.principal, caller.origin, watch)
 
 
-def _call_route(caller: Caller, spec: ToolSpec, kwargs: dict[str, Any]) -> dict[str, Any] | Later:
-    answer = ROUTES[spec.name](caller.http_request(), **kwargs)
-    if isinstance(answer, Later):
-        return answer  # a long call: see `_settled`
-    if isinstance(answer, Status):
-        answer = answer.value
-    if spec.name == "sandbox_open":
-        _remember(caller, str(answer["sandbox_id"]))
-    return _shown(spec, answer)
-
-
-def _shown(spec: ToolSpec, answer: dict[str, Any]) -> dict[str, Any]:
-    """The answer as the API sends it, through the same response shape."""
-    shown: dict[str, Any] = spec.output.model_validate(answer).model_dump(mode="json")
-    return shown
-
-
-def _route_arguments(caller: Caller, spec: ToolSpec, arguments: dict[str, Any]) -> dict[str, Any]:
-    """The route function's arguments: the request shapes checked first, then the ids (the
-    chat's sandbox opened only for a call that is otherwise good)."""
-    unknown = set(arguments) - set(spec.path_arguments + spec.body_arguments)
-    unknown -= set(spec.query_arguments)
+def _call(caller: Caller, operation: Operation[Any, Any], arguments: dict[str, Any]) -> Call[Any]:
+    """The record's call: the input shape checked first, then the ids (the chat's sandbox
+    opened only for a call that is otherwise good)."""
+    unknown = set(arguments) - set(operation.ids + operation.fields)
     if unknown:
-        raise InvalidInput(min(unknown), f"is not an argument of {spec.name}")
-    given = {k: v for k, v in arguments.items() if k not in spec.path_arguments}
-    if spec.name in ("sandbox_open", "sandbox_run"):
-        given["pipeline"] = caller.pipeline.slug
-    if spec.name == "sandbox_open":
-        given["variables"] = caller.variables
-    kwargs: dict[str, Any] = {}
-    for kind, shape in (("body", spec.body), ("query", spec.query)):
-        if shape is not None:
-            try:
-                kwargs[kind] = shape.model_validate(given)
-            except ValidationError as error:
-                first = error.errors()[0]
-                field = field_name(("body", *first["loc"]))
-                raise InvalidInput(field, first["msg"]) from None
-    for name in spec.path_arguments:
+        raise InvalidInput(min(unknown), f"is not an argument of {operation.name}")
+    given = {k: v for k, v in arguments.items() if k not in operation.ids}
+    given.update(_from_connection(caller, operation))
+    parsed = operation.parse(given)
+    ids: dict[str, str] = {}
+    for name in operation.ids:
         value = arguments.get(name)
         if value is None and name == "sandbox_id":
-            if spec.name in OPENS:
-                _refuse_bad_input(caller, spec, kwargs)
-            value = chat_sandbox(caller, open_it=spec.name in OPENS)
+            opens = operation.hints.opens_chat_sandbox
+            if opens and operation.check is not None:
+                operation.check(caller.pipeline, parsed)  # bad input opens nothing
+            value = services.chat_sandbox(
+                caller.pipeline,
+                caller.variables,
+                caller.principal.actor,
+                session=caller.session,
+                open_it=opens,
+            )
         if not isinstance(value, str) or not value:
             raise InvalidInput(name, "is required, as a string")
-        kwargs[name] = value
-    return kwargs
+        ids[name] = value
+    return Call(parsed, **ids)
 
 
-def _refuse_bad_input(caller: Caller, spec: ToolSpec, kwargs: dict[str, Any]) -> None:
-    """What the tool's service would refuse of its arguments without looking at a sandbox,
-    refused before the chat's sandbox is opened for the call: bad input opens nothing."""
-    body: Any = kwargs.get("body")  # the shape of the tool's call (ExecIn, WriteIn, LinkIn...)
-    query: Any = kwargs.get("query")
-    if spec.name == "sandbox_exec":
-        execs.clean_exec(caller.pipeline, body)
-    elif spec.name == "sandbox_fs_write":
-        services.workspace_path(body.path)
-        services.decoded_contents(body.contents, body.contents_b64)
-        services.clean_mode(body.mode)
-    elif spec.name == "sandbox_fs_link":
-        services.clean_link(body.path, body.method, body.expires_in_seconds)
-    elif query is not None:
-        services.workspace_path(query.path)
-
-
-def chat_sandbox(caller: Caller, *, open_it: bool = True) -> str:
-    """The sandbox of the connection's chat: its scope key's running sandbox, or (`open_it`)
-    opened now."""
-    pipeline = caller.pipeline
-    if scope.generates(pipeline.scope_template, caller.variables):
-        remembered = _session_sandboxes.get(caller.session_id or "")
-        if remembered is not None:
-            return remembered
-        if caller.session_id is None:
-            raise InvalidInput(
-                "sandbox_id",
-                "this pipeline's sandbox scope gives every open a sandbox of its own: call "
-                "sandbox_open and pass the sandbox_id it returns",
-            )
-    else:
-        key = scope.resolve(pipeline.scope_template, caller.variables)
-        running = selectors.running_sandbox_id(caller.principal, key)
-        if running is not None:
-            return str(running)
-    if not open_it:
-        raise NotFound("this chat has no open sandbox: run a command or call sandbox_open first")
-    opened = services.open_sandbox(pipeline, caller.variables, caller.principal.actor)
-    _remember(caller, str(opened.sandbox.pk))
-    return str(opened.sandbox.pk)
-
-
-def forget_session(session_id: str) -> None:
-    """A session ended: the sandbox it opened is no longer its own."""
-    _session_sandboxes.pop(session_id, None)
-
-
-def _remember(caller: Caller, sandbox_id: str) -> None:
-    if caller.session_id is not None:
-        if len(_session_sandboxes) >= _SESSIONS_KEPT:
-            _session_sandboxes.clear()
-        _session_sandboxes[caller.session_id] = sandbox_id
+def _from_connection(caller: Caller, operation: Operation[Any, Any]) -> dict[str, Any]:
+    """What the connection says of an input that takes it: the pipeline and the chat's
+    variables."""
+    if operation.input is None:
+        return {}
+    known = operation.input.model_fields
+    filled: dict[str, Any] = {}
+    if "pipeline" in known:
+        filled["pipeline"] = caller.pipeline.slug
+    if "variables" in known:
+        filled["variables"] = caller.variables
+    return filled
 
 
 def _wants_progress(ctx: ServerRequestContext[Any, Any]) -> bool:
@@ -328,18 +243,22 @@ class _Follower:
         self.loop.call_soon_threadsafe(self.queue.put_nowait, None)
 
 
-async def _exec(
-    ctx: ServerRequestContext[Any, Any], caller: Caller, spec: ToolSpec, arguments: dict[str, Any]
-) -> dict[str, Any]:
+async def _followed(
+    ctx: ServerRequestContext[Any, Any],
+    caller: Caller,
+    operation: Operation[Any, Any],
+    arguments: dict[str, Any],
+) -> Answer:
+    """A command run with its output reported as progress as it comes."""
     follower = _Follower(asyncio.get_running_loop())
-    running = asyncio.ensure_future(_command(caller, spec, arguments, follower))
+    running = asyncio.ensure_future(_command(caller, operation, arguments, follower))
     running.add_done_callback(lambda _: follower.end())
     pump = asyncio.ensure_future(_report(ctx, follower))
     try:
         answer = await asyncio.shield(running)
         with anyio.move_on_after(5):
             await asyncio.shield(pump)  # what came before the end, reported before the result
-        return _shown(spec, answer)
+        return operation.shown(answer)
     except anyio.get_cancelled_exc_class():
         with anyio.CancelScope(shield=True):
             await _kill(caller, follower, running)
@@ -349,19 +268,18 @@ async def _exec(
 
 
 async def _command(
-    caller: Caller, spec: ToolSpec, arguments: dict[str, Any], follower: _Follower
-) -> dict[str, Any]:
+    caller: Caller, operation: Operation[Any, Any], arguments: dict[str, Any], follower: _Follower
+) -> Answer:
     """The command started in a thread, its end waited for with none."""
-    started = await in_pool(_run_command, caller, spec, arguments, follower)
-    return await started.outcome()
+    started = await in_pool(_start_command, caller, operation, arguments, follower)
+    return await started.outcome() if isinstance(started, Awaited) else started
 
 
-def _run_command(
-    caller: Caller, spec: ToolSpec, arguments: dict[str, Any], follower: _Follower
-) -> Awaited[dict[str, Any]]:
-    kwargs = _route_arguments(caller, spec, arguments)
-    body: ExecIn = kwargs["body"]
-    return execs.run_command(caller.principal, kwargs["sandbox_id"], body, follower)
+def _start_command(
+    caller: Caller, operation: Operation[Any, Any], arguments: dict[str, Any], follower: _Follower
+) -> Answer | Awaited[Answer]:
+    call = _call(caller, operation, arguments)
+    return operation.run(_context(caller, follower), call)
 
 
 async def _report(ctx: ServerRequestContext[Any, Any], follower: _Follower) -> None:
@@ -384,17 +302,21 @@ async def _kill(caller: Caller, follower: _Follower, running: "asyncio.Future[An
 
 
 async def _wait(
-    ctx: ServerRequestContext[Any, Any], caller: Caller, spec: ToolSpec, arguments: dict[str, Any]
-) -> dict[str, Any]:
-    """Wait for a command, its output reported as progress as it comes."""
-    kwargs = await in_pool(_route_arguments, caller, spec, arguments)
-    body: WaitIn = kwargs["body"]
-    sandbox = await in_pool(selectors.sandbox_for, caller.principal, kwargs["sandbox_id"])
-    record = await in_pool(selectors.exec_for, caller.principal, sandbox, kwargs["exec_id"])
+    ctx: ServerRequestContext[Any, Any],
+    caller: Caller,
+    operation: Operation[Any, Any],
+    arguments: dict[str, Any],
+) -> Answer:
+    """Wait for a command, its output reported as progress as it comes; then the record's
+    answer, at once."""
+    call = await in_pool(_call, caller, operation, arguments)
+    timeout: float = call.given.timeout_seconds
+    sandbox = await in_pool(selectors.sandbox_for, caller.principal, call.sandbox_id)
+    record = await in_pool(selectors.exec_for, caller.principal, sandbox, call.exec_id)
     events = services.exec_events(record, 0)
     reported = 0
     with long_call(sandbox.pipeline_id):
-        with anyio.move_on_after(body.timeout_seconds):
+        with anyio.move_on_after(timeout):
             async for event in events:
                 if event["event"] == "chunk":
                     reported += 1
@@ -402,5 +324,5 @@ async def _wait(
                 elif event["event"] != "keepalive":
                     break
         await events.aclose()
-    final = await in_pool(_call_route, caller, spec, {**kwargs, "body": WaitIn(timeout_seconds=0)})
-    return await _settled(spec, final)
+    now = Call(WaitIn(timeout_seconds=0), call.sandbox_id, call.exec_id)
+    return await _settled(operation, await in_pool(operation.run, _context(caller), now))

@@ -7,6 +7,7 @@ goes through the guard (`sandboxes.guard`) and a change of state through the lif
 """
 
 from boxyard.actors import SYSTEM, Actor
+from sandboxes.services.chats import chat_sandbox, forget_session, remember_session_sandbox
 from sandboxes.services.closing import close_later, close_sandbox
 from sandboxes.services.compute import RunResult, run_code
 from sandboxes.services.execs import (
@@ -69,6 +70,7 @@ __all__ = [
     "WorkspaceUsage",
     "await_exec",
     "boot",
+    "chat_sandbox",
     "clean_link",
     "clean_mode",
     "clean_request",
@@ -85,6 +87,7 @@ __all__ = [
     "exec_output_recording_end",
     "extract_archive",
     "follow_output",
+    "forget_session",
     "keep_alive",
     "kill_exec",
     "link_methods",
@@ -102,6 +105,7 @@ __all__ = [
     "read_output",
     "read_processes",
     "release_lease",
+    "remember_session_sandbox",
     "renew_lease",
     "reset_sandbox",
     "restart_process",

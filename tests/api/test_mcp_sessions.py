@@ -13,7 +13,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from pipelines.models import PipelineToken
-from sandboxes.models import Sandbox
+from sandboxes.models import Sandbox, SessionSandbox
+from tests.conftest import wait_for
 from tests.servers import Server, served
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
@@ -43,21 +44,29 @@ def test_a_session_keeps_the_sandbox_it_opened_where_each_open_makes_a_new_one(
     _, token = PipelineToken.issue(pipeline, name="tests")
     url = f"{server.url}/mcp"
 
-    async def go() -> tuple[Any, Any, Any]:
+    async def go() -> tuple[Any, Any, Any, int]:
         async with connected(url, token, "legacy") as client:
             written = await client.call_tool("sandbox_fs_write", {"path": "a.txt", "contents": "1"})
             read = await client.call_tool("sandbox_fs_read", {"path": "a.txt"})
+            rows = await anyio.to_thread.run_sync(_session_rows, pipeline)
         async with connected(url, token, "auto") as sessionless:
             refused = await sessionless.call_tool("sandbox_fs_read", {"path": "a.txt"})
-        return written, read, refused
+        return written, read, refused, rows
 
-    written, read, refused = anyio.run(go)
+    written, read, refused, rows = anyio.run(go)
     assert not written.is_error and not read.is_error, (written, read)
+    # The session's sandbox is a row (any web process finds it), gone once the session ends.
+    assert rows == 1
+    wait_for(lambda: _session_rows(pipeline) == 0, IDLE_SECONDS + 10)
     assert read.structured_content["contents"] == "1"
     assert Sandbox.objects.filter(pipeline=pipeline).count() == 1  # one sandbox, not one a call
     assert refused.is_error
     assert refused.structured_content["error"]["field"] == "sandbox_id"
     assert "sandbox_open" in refused.structured_content["error"]["message"]
+
+
+def _session_rows(pipeline: Any) -> int:
+    return SessionSandbox.objects.filter(pipeline=pipeline).count()
 
 
 def test_a_session_left_idle_ends_and_its_id_is_refused(server: Server, make_pipeline: Any) -> None:
