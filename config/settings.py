@@ -369,8 +369,8 @@ BOXYARD_RUNNING_PER_CALLER = env_int("BOXYARD_RUNNING_PER_CALLER", 1, minimum=1)
 # may have open at once; past it, 429 with Retry-After. They hold no thread while they wait.
 BOXYARD_LONG_CALLS_PER_PIPELINE = env_int("BOXYARD_LONG_CALLS_PER_PIPELINE", 64, minimum=1)
 # The sandbox agent (built from agent/ by bin/setup), mounted read-only into new sandboxes.
-# Without it sandboxes still work, but every exec is a fresh engine exec and only the
-# default session exists.
+# It is required: without it no sandbox starts (503, saying to run bin/setup), and a sandbox
+# made without it, or with an older one, is restarted with it at its next use.
 BOXYARD_AGENT_BINARY = env_str(
     "BOXYARD_AGENT_BINARY", str(BASE_DIR / "var" / "agent" / "boxyard-agent")
 )

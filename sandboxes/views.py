@@ -339,7 +339,7 @@ def log(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
             chunks, running = output["chunks"], output["running"]
         else:
             record = selectors.exec_for(_admin(request), sandbox, exec_id)
-            chunks, record, _ = services.exec_output(record, since)
+            chunks, record, _ = services.exec_output_recording_end(record, since)
             running = record.state == "running"
     except BoxyardError as error:
         chunks = [{"seq": since, "stream": "stderr", "text": f"[{error.localized()}]\n"}]

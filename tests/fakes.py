@@ -8,16 +8,18 @@ all the labels asked for; removing what is gone already is no error.
 """
 
 import itertools
+import json
+import queue
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from django.conf import settings
 
+from boxyard.errors import AgentGone
 from sandboxes.runtime import (
-    LABEL_AGENT,
     LABEL_WORKSPACE_UID,
     ContainerEvent,
     ContainerInfo,
@@ -26,6 +28,7 @@ from sandboxes.runtime import (
     ExecResult,
     WorkspaceInfo,
 )
+from sandboxes.runtime.port import PROTOCOL
 
 _ids = itertools.count(1)
 
@@ -89,8 +92,8 @@ class FakeRuntime:
                 id=f"fake{next(_ids):060d}",
                 name=spec.name,
                 status="running",
-                # No agent runs in a fake container: its execs take the one-shot path.
-                labels={k: v for k, v in spec.labels.items() if k != LABEL_AGENT},
+                # Made with the agent, as every sandbox is (`attach`: `FakeAgent`).
+                labels=dict(spec.labels),
             )
             self._happen(self.containers[spec.name], "start")
         return self.containers[spec.name]
@@ -148,8 +151,11 @@ class FakeRuntime:
     def exec_stream(self, container: str, argv: list[str], **kwargs: object) -> object:
         raise NotImplementedError
 
-    def attach(self, container: str, argv: list[str]) -> object:
-        raise NotImplementedError("the fake runtime has no agent")
+    def attach(self, container: str, argv: list[str], user: str | None = None) -> "FakeAgent":
+        info = self._find(container)
+        if info is None or not info.running:
+            raise AgentGone("the container does not run")
+        return FakeAgent(lambda: (found := self._find(container)) is not None and found.running)
 
     def agent_socket(self, container: str) -> None:
         return None  # no agent here: file operations take the engine's execs
@@ -188,3 +194,33 @@ def _carries(labels: dict[str, str], wanted: dict[str, str]) -> bool:
     """Whether an object with `labels` matches a filter on `wanted` (all of them, as the
     engine's label filters do)."""
     return wanted.items() <= labels.items()
+
+
+class FakeAgent:
+    """The agent's bridge as a fake container runs it: it answers every request at once, as
+    an agent of the current protocol whose every command succeeds with no output; the
+    bridge ends when its container stops (`running` says whether it still runs)."""
+
+    def __init__(self, running: Callable[[], bool]) -> None:
+        self._out: queue.Queue[bytes | None] = queue.Queue()
+        self._running = running
+
+    def send(self, data: bytes) -> None:
+        if not self._running():
+            self.close()
+            return
+        for line in data.splitlines():
+            request = json.loads(line)
+            answer: dict[str, object] = {"id": request["id"], "ok": True}
+            if request["op"] == "ping":
+                answer["version"] = str(PROTOCOL)
+            elif request["op"] in ("run", "status", "wait"):
+                answer.update(finished=True, exit_code=0, stdout="", stderr="", duration_ms=1)
+            self._out.put(json.dumps(answer).encode() + b"\n")
+
+    def frames(self) -> Iterator[tuple[int, bytes]]:
+        while (data := self._out.get()) is not None:
+            yield 1, data
+
+    def close(self) -> None:
+        self._out.put(None)

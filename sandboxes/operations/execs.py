@@ -66,7 +66,7 @@ def _start(context: Context, call: Call[ExecIn]) -> Awaited[Exec]:
 
 
 def _output(context: Context, call: Call[OutputQuery]) -> Any:
-    return services.exec_output(
+    return services.exec_output_recording_end(
         named_exec(context, call), call.given.since_seq, call.given.max_bytes
     )
 

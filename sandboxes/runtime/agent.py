@@ -39,9 +39,6 @@ from sandboxes.runtime.streams import LineBuffer, LineTooLong
 
 log = logging.getLogger(__name__)
 
-# The agent's protocol version that runs as root over the sandbox user: tagged processes,
-# reset, oom_killed, statfs, terminals.
-CONTAINED_SINCE_VERSION = 3
 _MAX_LINE = 64 * 1024 * 1024
 _STDERR_KEPT = 4096
 _SLOW_SECONDS = 0.05

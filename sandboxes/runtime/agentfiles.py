@@ -29,10 +29,6 @@ _SEND_ROOM = 4 * 1024 * 1024
 _SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)  # Linux's; Python names it from 3.12
 
 
-class Unsupported(Exception):
-    """The agent predates files over its socket: the engine's execs serve instead."""
-
-
 def refusal(answer: dict[str, Any]) -> ExecResult:
     """A refusal as the result of a file script that exited with its verdict."""
     verdict = answer.get("verdict")
@@ -180,8 +176,6 @@ class _Lines:
             ) from None
         if not isinstance(answer, dict):
             raise RuntimeFailure(N_("the sandbox agent answered %(said)r", said=line[:80]))
-        if "verdict" not in answer and answer.get("code") == "bad_request" and "id" in answer:
-            raise Unsupported(str(answer.get("error")))
         if "verdict" not in answer and not answer.get("ok") and not answer.get("ready"):
             raise RuntimeFailure(N_("the sandbox agent failed: %(text)s", text=answer.get("error")))
         return answer

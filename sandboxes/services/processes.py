@@ -22,8 +22,7 @@ from sandboxes import events
 from sandboxes.guard import acting_on, require_running
 from sandboxes.models import Sandbox, State
 from sandboxes.runtime import answers
-from sandboxes.runtime.agent import AgentChannel, channel
-from sandboxes.services.execs.reading import follow
+from sandboxes.runtime.port import SandboxPort, port_of
 
 log = logging.getLogger(__name__)
 
@@ -48,12 +47,12 @@ def _start_payload(process: dict[str, Any]) -> dict[str, Any]:
     return payload
 
 
-def start_declared(sandbox: Sandbox, agent: AgentChannel | None = None) -> list[dict[str, Any]]:
+def start_declared(sandbox: Sandbox, agent: SandboxPort | None = None) -> list[dict[str, Any]]:
     """Start the pipeline's processes that are not running in the sandbox (idempotent)."""
     payloads = {name: _start_payload(process) for name, process in _declared(sandbox).items()}
-    if not payloads or not sandbox.agent:
+    if not payloads:
         return []
-    agent = agent or channel(sandbox)
+    agent = agent or port_of(sandbox)
     running = _live(agent)
     return [
         agent.call("process.start", **payload)
@@ -62,7 +61,7 @@ def start_declared(sandbox: Sandbox, agent: AgentChannel | None = None) -> list[
     ]
 
 
-def _live(agent: AgentChannel) -> dict[str, dict[str, Any]]:
+def _live(agent: SandboxPort) -> dict[str, dict[str, Any]]:
     listed = agent.call("process.list").get("processes")
     return (
         {p["name"]: p for p in listed if isinstance(p, dict) and isinstance(p.get("name"), str)}
@@ -74,7 +73,7 @@ def _live(agent: AgentChannel) -> dict[str, dict[str, Any]]:
 def start_after_boot(sandbox: Sandbox) -> None:
     """Called once a sandbox runs: its processes start; a failure is an event, not an error
     of the open (the processes are started again when they are next asked for)."""
-    if not _declared(sandbox) or not sandbox.agent:
+    if not _declared(sandbox):
         return
     try:
         start_declared(sandbox)
@@ -86,13 +85,9 @@ def start_after_boot(sandbox: Sandbox) -> None:
             )
 
 
-def _agent_for(sandbox: Sandbox, operation: Message) -> AgentChannel:
+def _agent_for(sandbox: Sandbox, operation: Message) -> SandboxPort:
     require_running(sandbox, operation)
-    if not sandbox.agent:
-        raise InvalidInput(
-            "process", N_("this sandbox runs without the agent, so it has no processes")
-        )
-    return channel(sandbox)
+    return port_of(sandbox)
 
 
 def _render(info: dict[str, Any], declared: dict[str, Any]) -> dict[str, Any]:
@@ -112,7 +107,7 @@ def start_and_list_processes(sandbox: Sandbox) -> list[dict[str, Any]]:
     """Start any of the pipeline's processes that is not running, then list them all as they
     are now (the bot API's `GET …/processes`: a read that writes). `read_processes` starts
     none."""
-    if _declared(sandbox) and sandbox.state == State.RUNNING and sandbox.agent:
+    if _declared(sandbox) and sandbox.state == State.RUNNING:
         start_declared(sandbox)
     return read_processes(sandbox)
 
@@ -123,9 +118,9 @@ def read_processes(sandbox: Sandbox) -> list[dict[str, Any]]:
     declared = _declared(sandbox)
     if not declared:
         return []
-    if sandbox.state != State.RUNNING or not sandbox.agent:
+    if sandbox.state != State.RUNNING:
         return [_render({"state": "stopped"}, process) for process in declared.values()]
-    live = _live(channel(sandbox))
+    live = _live(port_of(sandbox))
     return [
         _render(live.get(name, {"state": "stopped"}), process) for name, process in declared.items()
     ]
@@ -146,7 +141,7 @@ def _declared_one(sandbox: Sandbox, name: str) -> dict[str, Any]:
     return declared[name]
 
 
-def _process(sandbox: Sandbox, name: str, agent: AgentChannel) -> dict[str, Any]:
+def _process(sandbox: Sandbox, name: str, agent: SandboxPort) -> dict[str, Any]:
     declared = {name: _declared_one(sandbox, name)}
     start_declared(sandbox, agent)
     for info in agent.call("process.list").get("processes") or []:
@@ -257,13 +252,13 @@ def follow_output(
     sandbox: Sandbox, name: str, on_event: Callable[[dict[str, Any]], None]
 ) -> tuple[int, Callable[[], None]]:
     """Follow the process's current run: its output from the start, then its end, to
-    `on_event` as they come (chunks, then one exit or gone; see `execs.reading.follow`).
+    `on_event` as they come (chunks, then one exit or gone; see `SandboxPort.follow`).
     Returns the run's generation and the function that stops following it."""
     agent = _agent_for(sandbox, N_("read a process"))
     info = _process(sandbox, name, agent)
     if info["state"] != "running" or not info["exec"]:
         raise _not_running(name, info)
-    return info["generation"], follow(agent, info["exec"], 0, on_event)
+    return info["generation"], agent.follow(info["exec"], 0, on_event)
 
 
 def restart_process(

@@ -10,13 +10,13 @@ from dataclasses import dataclass
 from django.db import transaction
 
 from boxyard.actors import Actor
-from boxyard.errors import N_, BoxyardError, InvalidInput, InvalidState
+from boxyard.errors import N_, BoxyardError, InvalidInput
 from sandboxes import events
 from sandboxes.guard import acting_on
 from sandboxes.models import Sandbox
 from sandboxes.runtime import runtime_of
-from sandboxes.runtime.agent import CONTAINED_SINCE_VERSION, AgentChannel, channel
-from sandboxes.services import processes
+from sandboxes.runtime.port import AgentOutdated, SandboxPort, port_of
+from sandboxes.services import booting, processes
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +49,11 @@ def reset_sandbox(
 
     An admin's reset (`force`) needs no lease, as an admin's restart needs none.
 
-    Raises InvalidState (not running, or a sandbox without the agent of today), the lease's
-    errors (LeaseBusy, TakenOver, StaleEpoch) and InvalidInput (`reason`).
+    A sandbox still on an older agent is migrated instead (`booting.current`): its new
+    container runs nothing of the old one's.
+
+    Raises InvalidState (not running), the lease's errors (LeaseBusy, TakenOver, StaleEpoch)
+    and InvalidInput (`reason`).
     """
     why = _clean_reason(reason)
     with acting_on(
@@ -59,14 +62,11 @@ def reset_sandbox(
         sandbox = acting.sandbox
         acting_as = acting.lease.holder if acting.lease is not None else str(actor)
     started = time.monotonic()
-    agent = _agent(sandbox)
-    if agent.version < CONTAINED_SINCE_VERSION:
-        raise InvalidState(
-            N_(
-                "this sandbox was made before resets existed; restart it instead (its "
-                "workspace is kept)"
-            )
-        )
+    try:
+        agent = _agent(sandbox)
+    except AgentOutdated:  # migrated: its new container runs nothing of the old one's
+        sandbox = booting.current(sandbox, actor)
+        agent = _agent(sandbox)
     answer = agent.call("reset", deadline=10)
     killed = answer.get("killed")
     if not isinstance(killed, int):
@@ -103,21 +103,17 @@ def _clean_reason(reason: object) -> str:
     return reason.strip()
 
 
-def _agent(sandbox: Sandbox) -> AgentChannel:
-    """This process's channel to the agent, opened with room made for it if the sandbox is
-    at its pids limit (the agent itself needs no new process to kill the others)."""
-    if not sandbox.agent:
-        raise InvalidState(
-            N_("this sandbox runs without the agent: restart it instead (its workspace is kept)")
-        )
+def _agent(sandbox: Sandbox) -> SandboxPort:
+    """The sandbox's port, its channel opened with room made for it if the sandbox is at its
+    pids limit (the agent itself needs no new process to kill the others)."""
     try:
-        return channel(sandbox)  # the open one, or one opened now
+        return port_of(sandbox)  # the open channel, or one opened now
     except BoxyardError as error:
         log.info("opening the agent of %s failed (%s); making room to reset it", sandbox.pk, error)
     runtime = runtime_of(sandbox)
     limit = sandbox.pipeline.pids_limit
     runtime.set_pids_limit(sandbox.container_id, limit + _HEADROOM_PIDS)
     try:
-        return channel(sandbox)
+        return port_of(sandbox)
     finally:
         runtime.set_pids_limit(sandbox.container_id, limit)

@@ -13,8 +13,9 @@ from boxyard.errors import N_, BoxyardError, Conflict, InvalidInput, InvalidStat
 from sandboxes import events
 from sandboxes.guard import LIVE, acting_on
 from sandboxes.models import Sandbox, ShellSession, State
-from sandboxes.runtime.agent import channel
+from sandboxes.runtime.port import port_of
 from sandboxes.scripts import WORKSPACE
+from sandboxes.services import booting
 from sandboxes.services.execs import clean_cwd, clean_env, clean_session_name
 
 MAX_SESSIONS = 32
@@ -36,9 +37,9 @@ def create_session(
     start_env = clean_env(env)
     if name == "default":
         raise Conflict(N_("the default session always exists"))
+    sandbox = booting.current(sandbox, actor)
     with acting_on(sandbox, actor, N_("create a session"), holder=holder, epoch=epoch) as acting:
         sandbox = acting.sandbox
-        _require_agent(sandbox)
         if ShellSession.objects.filter(sandbox=sandbox).count() >= MAX_SESSIONS:
             raise Conflict(
                 N_(
@@ -55,7 +56,7 @@ def create_session(
             raise Conflict(N_("session %(name)r already exists", name=name), session=name) from None
         events.record(actor, "session.created", sandbox=sandbox, session=name, cwd=start_cwd)
     try:
-        live = channel(sandbox).call(
+        live = port_of(sandbox).call(
             "session.ensure", session=name, init={"cwd": start_cwd, "env": start_env}
         )
     except BoxyardError:
@@ -71,9 +72,9 @@ def list_sessions(sandbox: Sandbox) -> list[dict[str, Any]]:
         raise InvalidState(N_("the sandbox is destroyed"), state=sandbox.state)
     rows = {row.name: row for row in ShellSession.objects.filter(sandbox=sandbox)}
     live: dict[str, dict[str, Any]] = {}
-    if sandbox.agent and sandbox.state == State.RUNNING:
+    if sandbox.state == State.RUNNING:
         try:
-            answer = channel(sandbox).call("session.list")
+            answer = port_of(sandbox).call("session.list")
         except BoxyardError:
             answer = {"sessions": []}
         listed = answer.get("sessions")
@@ -130,16 +131,8 @@ def delete_session(
         if not deleted:
             raise NotFound(N_("no shell session %(name)r in this sandbox", name=name), session=name)
         events.record(actor, "session.deleted", sandbox=sandbox, session=name)
-    if sandbox.agent and sandbox.state == State.RUNNING:
+    if sandbox.state == State.RUNNING:
         try:
-            channel(sandbox).call("session.delete", session=name)
+            port_of(sandbox).call("session.delete", session=name)
         except NotFound:
             pass  # the agent never started it, or lost it with a restart
-
-
-def _require_agent(sandbox: Sandbox) -> None:
-    if not sandbox.agent:
-        raise InvalidInput(
-            "session",
-            N_("this sandbox runs without the agent, so it has only the default session"),
-        )

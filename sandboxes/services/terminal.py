@@ -17,8 +17,9 @@ from sandboxes import events
 from sandboxes.guard import acting_on
 from sandboxes.models import Exec, ExecState, Sandbox, State, stored_size
 from sandboxes.runtime import AGENT_PATH, ROOT, Terminal, runtime_of
-from sandboxes.runtime.agent import CONTAINED_SINCE_VERSION, channel
-from sandboxes.services import containers
+from sandboxes.runtime.port import port_of
+from sandboxes.services import booting, containers
+from sandboxes.services.execs.ending import end
 
 # The sandbox's own shell: bash where the image has it.
 SHELL = ["/bin/sh", "-c", "if [ -x /bin/bash ]; then exec /bin/bash -i; else exec /bin/sh -i; fi"]
@@ -31,6 +32,7 @@ def open_terminal(
     """The terminal and its record. Raises LeaseBusy or TakenOver (take the sandbox over
     first), InvalidState (not running) and the runtime's errors."""
     cols, rows = _size(cols, rows)
+    sandbox = booting.current(sandbox, actor)
     with acting_on(sandbox, actor, N_("open a terminal"), holder=str(actor)) as acting:
         locked, lease = acting.sandbox, acting.lease
         assert lease is not None
@@ -54,10 +56,8 @@ def open_terminal(
         "LANG": "C.UTF-8",
         **(locked.pipeline.env or {}),
     }
-    argv, user = SHELL, None
-    if _contained(locked):
-        # The agent runs the shell as the sandbox user, and everything it starts ends with it.
-        argv, user = [AGENT_PATH, "terminal", str(record.pk), "--", *SHELL], ROOT
+    # The agent runs the shell as the sandbox user, and everything it starts ends with it.
+    argv, user = [AGENT_PATH, "terminal", str(record.pk), "--", *SHELL], ROOT
     try:
         terminal = runtime_of(locked).open_terminal(
             locked.container_id, argv, env=env, cols=cols, rows=rows, user=user
@@ -76,9 +76,9 @@ def close_terminal(
     running ends with it."""
     terminal.close()
     sandbox = Sandbox.objects.get(pk=record.sandbox_id)
-    if sandbox.state == State.RUNNING and _contained(sandbox):
+    if sandbox.state == State.RUNNING:
         try:
-            channel(sandbox).call("terminal.end", exec=str(record.pk), deadline=10)
+            port_of(sandbox).call("terminal.end", exec=str(record.pk), deadline=10)
         except BoxyardError:
             pass  # the sandbox went away meanwhile, and its processes with it
     _end(record, ExecState.COMPLETED, transcript, terminal.exit_code(), "")
@@ -93,7 +93,9 @@ def typed(sandbox_id: UUID | str) -> None:
         sandbox.record_activity()
 
 
-def _end(record: Exec, state: str, transcript: bytes, exit_code: int | None, error: str) -> None:
+def _end(
+    record: Exec, state: ExecState, transcript: bytes, exit_code: int | None, error: str
+) -> None:
     limit = (
         Sandbox.objects.select_related("pipeline")
         .get(pk=record.sandbox_id)
@@ -101,27 +103,18 @@ def _end(record: Exec, state: str, transcript: bytes, exit_code: int | None, err
     )
     tail = transcript[-limit:]
     stdout = tail.decode("utf-8", errors="replace")
-    Exec.objects.filter(pk=record.pk, state=ExecState.RUNNING).update(
-        state=state,
+    end(
+        record,
+        state,
+        said=False,
         exit_code=exit_code,
         stdout=stdout,
         output_size=stored_size(stdout, ""),
         stdout_bytes=len(transcript),
         stdout_truncated=len(transcript) > len(tail),
         error=error[:2000],
-        finished_at=timezone.now(),
         duration_ms=int((timezone.now() - record.started_at).total_seconds() * 1000),
     )
-
-
-def _contained(sandbox: Sandbox) -> bool:
-    """Whether the sandbox's agent runs terminals (and keeps what they start on a leash)."""
-    if not sandbox.agent:
-        return False
-    try:
-        return channel(sandbox).version >= CONTAINED_SINCE_VERSION
-    except BoxyardError:
-        return False
 
 
 def _size(cols: object, rows: object) -> tuple[int, int]:

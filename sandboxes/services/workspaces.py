@@ -4,14 +4,14 @@ from dataclasses import dataclass
 
 from boxyard.errors import BoxyardError
 from sandboxes.models import Sandbox, State
-from sandboxes.runtime.agent import CONTAINED_SINCE_VERSION, channel
+from sandboxes.runtime.port import port_of
 
 
 @dataclass(frozen=True)
 class WorkspaceUsage:
     """`limit_bytes`: the size of its disk (None: a workspace made before workspaces had
     disks, with no limit); `used_bytes`: what its files take now (None when that cannot be
-    asked: the sandbox is not running, or its agent is older than this)."""
+    asked: the sandbox is not running, or its agent does not answer)."""
 
     limit_bytes: int | None
     used_bytes: int | None
@@ -24,13 +24,11 @@ class WorkspaceUsage:
 def workspace_usage(sandbox: Sandbox) -> WorkspaceUsage:
     limit = sandbox.workspace_limit_bytes
     used = None
-    if limit is not None and sandbox.state == State.RUNNING and sandbox.agent:
+    if limit is not None and sandbox.state == State.RUNNING:
         try:
-            agent = channel(sandbox)
-            if agent.version >= CONTAINED_SINCE_VERSION:
-                answer = agent.call("statfs", deadline=5)
-                value = answer.get("used_bytes")
-                used = value if isinstance(value, int) and value >= 0 else None
+            answer = port_of(sandbox).call("statfs", deadline=5)
+            value = answer.get("used_bytes")
+            used = value if isinstance(value, int) and value >= 0 else None
         except BoxyardError:
             used = None
     return WorkspaceUsage(limit_bytes=limit, used_bytes=used)

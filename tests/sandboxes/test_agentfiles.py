@@ -42,10 +42,10 @@ def lines(sock: socket.socket, *answers: dict[str, Any]) -> bytes:
     return rest
 
 
-def test_an_agent_from_before_is_told_from_a_refusal() -> None:
-    old = {"id": 0, "ok": False, "code": "bad_request", "error": "unknown op file"}
-    for sock in peer(lambda s: lines(s, old)):
-        with pytest.raises(agentfiles.Unsupported):
+def test_a_failure_is_told_from_a_refusal() -> None:
+    failed = {"id": 0, "ok": False, "code": "bad_request", "error": "unknown op file"}
+    for sock in peer(lambda s: lines(s, failed)):
+        with pytest.raises(RuntimeFailure, match="unknown op file"):
             agentfiles.put(sock, "/workspace/a", "644", True, 1, [b"x"])
     refused = {"ok": False, "verdict": 206, "error": "/workspace/a exists"}
     for sock in peer(lambda s: lines(s, refused)):
@@ -181,7 +181,9 @@ def test_a_header_that_disagrees_with_itself_is_refused(
     sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
     header = {"ok": True, "size": 4, "mtime": 1, "inode": 2, "length": 99}
     for sock in peer(lambda s: (lines(s), s.sendall(json.dumps(header).encode() + b"\nabcd"))):
-        monkeypatch.setattr(reading, "direct", lambda _sandbox, _sock=sock: _sock)
+        monkeypatch.setattr(
+            reading, "direct", lambda _sandbox, _actor, _sock=sock: (_sandbox, _sock)
+        )
         with pytest.raises(RuntimeFailure, match="not its identity"):
             services.open_file_stream(sandbox, "a.txt")
 

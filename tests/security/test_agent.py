@@ -96,14 +96,8 @@ def test_commands_run_as_the_sandbox_user_without_capabilities(attacked, bot) ->
 FORGED = "x\nregular file|999999|4777|0|/workspace/FAKE"
 
 
-@pytest.mark.parametrize("with_agent", [True, False])
-def test_a_file_name_cannot_forge_a_listing(
-    with_agent, make_pipeline, bot, docker_engine, settings, tmp_path
-) -> None:
-    if not with_agent:
-        settings.BOXYARD_AGENT_BINARY = str(tmp_path / "missing")  # a sandbox made without it
+def test_a_file_name_cannot_forge_a_listing(make_pipeline, bot, docker_engine) -> None:
     sandbox = services.open_sandbox(make_pipeline(), CHAT, bot).sandbox
-    assert bool(sandbox.agent) is with_agent
     run(sandbox, bot, ["mkdir", "-p", "dir"])
     # The name of the report (a line break, then the old format's fields and a path of its
     # choosing: "/" in it makes directories), one with invalid UTF-8, one with separators.

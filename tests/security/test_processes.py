@@ -187,16 +187,16 @@ def test_a_reset_that_cannot_open_the_channel_makes_room_for_it(
     run(sandbox, bot, "sleep 1000 &", timeout_seconds=600)
     forget(sandbox.container_id)
     opened: list[int] = []
-    real_channel = resetting.channel
+    real_port_of = resetting.port_of
 
-    def channel_at_the_limit(placed):  # type: ignore[no-untyped-def]
+    def port_at_the_limit(placed):  # type: ignore[no-untyped-def]
         limit = docker_engine.api.inspect_container(placed.container_id)["HostConfig"]["PidsLimit"]
         opened.append(limit)
         if limit == 48:
             raise AgentGone("no room for the bridge's exec")
-        return real_channel(placed)
+        return real_port_of(placed)
 
-    monkeypatch.setattr(resetting, "channel", channel_at_the_limit)
+    monkeypatch.setattr(resetting, "port_of", port_at_the_limit)
     result = services.reset_sandbox(sandbox, bot, reason="jammed")
     assert opened == [48, 48 + resetting._HEADROOM_PIDS], opened
     assert result.killed >= 1

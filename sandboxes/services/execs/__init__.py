@@ -1,8 +1,8 @@
 """Exec: commands in a sandbox's shell sessions, in the foreground or the background.
 
 `requests`: checking what the caller asked for; `running`: the exec recorded under the guard
-and run through the agent; `oneshot`: a new engine exec, for sandboxes without the agent;
-`ending`: an exec's end, recorded once; `reading`: output, waiting, killing; `streaming`: the
+and run through the sandbox's port (its agent); `ending`: an exec's states and its end,
+written once, by `ending.end` alone; `reading`: output, waiting, killing; `streaming`: the
 output pushed as it comes, to its end.
 """
 
@@ -10,8 +10,8 @@ from sandboxes.services.execs.ending import finish_from_status
 from sandboxes.services.execs.reading import (
     await_exec,
     exec_chunks,
-    exec_output,
     exec_output_bytes,
+    exec_output_recording_end,
     kill_exec,
     subscribe,
     wait_exec,
@@ -24,7 +24,6 @@ from sandboxes.services.execs.requests import (
     clean_session_name,
 )
 from sandboxes.services.execs.running import (
-    FRESH_SINCE_VERSION,
     ExecWatch,
     run_exec,
     start_exec,
@@ -32,7 +31,6 @@ from sandboxes.services.execs.running import (
 from sandboxes.services.execs.streaming import exec_events
 
 __all__ = [
-    "FRESH_SINCE_VERSION",
     "ExecRequest",
     "ExecWatch",
     "await_exec",
@@ -42,8 +40,8 @@ __all__ = [
     "clean_session_name",
     "exec_chunks",
     "exec_events",
-    "exec_output",
     "exec_output_bytes",
+    "exec_output_recording_end",
     "finish_from_status",
     "kill_exec",
     "run_exec",

@@ -1,7 +1,9 @@
-"""An exec's end, recorded once: from the agent's report, from a one-shot engine exec, or as
-a failure. Only the first report counts (a conditional update on `running`), so the request
-that waited for it, a watcher thread and a later reader can all try. An end is activity of the
-sandbox, and counted; its start and its end are said to the open dashboards (`announce`)."""
+"""An exec's end, recorded once: from the agent's report, from a terminal's close, or as a
+failure. An exec's states are a small table (`TRANSITIONS`): it starts `running` and ends once,
+in one of the ended states, never to move again. `end` is the only writer of an exec's end: a
+conditional update on `running`, so only the first report counts, and the request that waited
+for it, a watcher thread and a later reader can all try. An end is activity of the sandbox,
+and counted; its start and its end are said to the open dashboards (`announce`)."""
 
 from typing import Any
 
@@ -12,18 +14,58 @@ from boxyard.errors import NotFound
 from sandboxes import live, metrics
 from sandboxes.models import Exec, ExecState, Sandbox, stored_size
 from sandboxes.runtime import answers
-from sandboxes.runtime.agent import channel
+from sandboxes.runtime.port import SandboxPort, port_of
+
+# Which states may follow which: an exec runs, then ends once; an ended exec never moves.
+ENDED = frozenset(
+    {
+        ExecState.COMPLETED,
+        ExecState.TIMED_OUT,
+        ExecState.FAILED,
+        ExecState.KILLED,
+        ExecState.LOST,
+    }
+)
+TRANSITIONS: dict[ExecState, frozenset[ExecState]] = {
+    ExecState.RUNNING: ENDED,
+    **{state: frozenset() for state in ENDED},
+}
+# The fields an exec's end writes; only `end` writes them.
+END_FIELDS = frozenset({"state", "finished_at"})
 
 
-def finish_from_status(record: Exec, status: dict[str, Any]) -> Exec:
-    """Record an exec's end as the agent reports it (nothing if it has not ended)."""
+def end(record: Exec, state: ExecState, *, said: bool = True, **values: Any) -> Exec:
+    """End a running exec in `state` with `values` (its exit code, output, error …), if
+    nothing ended it first: the first report counts, and a later one leaves the record as the
+    first left it (`record` is then read again). `said`: the end is activity of the sandbox,
+    counted and said to the dashboards (a terminal's is not)."""
+    if state not in TRANSITIONS[ExecState.RUNNING]:
+        raise ValueError(f"an exec does not end {state!r}")
+    values = {**values, "state": state, "finished_at": timezone.now()}
+    with transaction.atomic():
+        updated = Exec.objects.filter(pk=record.pk, state=ExecState.RUNNING).update(**values)
+        if updated and said:
+            _ended(record, state, values.get("duration_ms", record.duration_ms))
+    if not updated:  # another process recorded the end first: show what it recorded
+        record.refresh_from_db()
+        return record
+    for name, value in values.items():
+        setattr(record, name, value)
+    return record
+
+
+def finish_from_status(
+    record: Exec, status: dict[str, Any], port: SandboxPort | None = None
+) -> Exec:
+    """Record an exec's end as the agent reports it (nothing if it has not ended); `port`
+    reaches the agent for the first bytes of its output when the report does not carry them."""
     if not status.get("finished"):
         return record
     stdout_bytes = answers.count(status.get("stdout_bytes"))
     stderr_bytes = answers.count(status.get("stderr_bytes"))
     stdout, stderr = status.get("stdout"), status.get("stderr")
     if stdout is None and stderr is None and stdout_bytes + stderr_bytes:
-        stdout, stderr = _heads(record)
+        stdout, stderr = _heads(record, port)
     head_out, head_err = answers.data(stdout), answers.data(stderr)
     exit_code = answers.optional_int(status.get("exit_code"))
     exit_code = -1 if exit_code is None else exit_code
@@ -56,7 +98,6 @@ def finish_from_status(record: Exec, status: dict[str, Any]) -> Exec:
         )
         notes.append(f"it left {left} process{'es' if left > 1 else ''} running, which {deadline}")
     values: dict[str, Any] = {
-        "state": state,
         "exit_code": exit_code,
         "stdout": head_out.decode("utf-8", errors="replace"),
         "stderr": head_err.decode("utf-8", errors="replace"),
@@ -68,60 +109,39 @@ def finish_from_status(record: Exec, status: dict[str, Any]) -> Exec:
         "oom_killed": status.get("oom_killed") is True,
         "duration_ms": answers.count(status.get("duration_ms")),
         "error": "; ".join(notes)[:2000],
-        "finished_at": timezone.now(),
     }
     values["output_size"] = stored_size(values["stdout"], values["stderr"])
-    with transaction.atomic():
-        updated = Exec.objects.filter(pk=record.pk, state=ExecState.RUNNING).update(**values)
-        if updated:
-            _ended(record, state, values["duration_ms"])
-    if not updated:  # another process recorded the end first: show what it recorded
-        record.refresh_from_db()
-        return record
-    for name, value in values.items():
-        setattr(record, name, value)
-    return record
+    return end(record, state, **values)
 
 
-def _heads(record: Exec) -> tuple[bytes, bytes]:
+def _heads(record: Exec, port: SandboxPort | None) -> tuple[bytes, bytes]:
     """The first bytes of each stream, from the agent; nothing if it has let the exec go (it
     keeps finished ones within a cap)."""
     sandbox = record.sandbox
     try:
-        status = channel(sandbox).call(
-            "status", exec=str(record.id), limit=sandbox.pipeline.output_limit_bytes
-        )
+        if port is None:
+            port = port_of(sandbox)
+        status = port.call("status", exec=str(record.id), limit=sandbox.pipeline.output_limit_bytes)
     except NotFound:
         return b"", b""
     return answers.data(status.get("stdout")), answers.data(status.get("stderr"))
 
 
-def fail(record: Exec, state: ExecState, error: str) -> None:
+def fail(record: Exec, state: ExecState, error: str) -> Exec:
     """The exec could not run, or its end cannot be known (`lost`)."""
-    record.state = state
-    record.error = error[:2000]
-    finish(record)
-
-
-def finish(record: Exec) -> None:
-    """Save an exec whose end the caller filled in."""
-    record.finished_at = timezone.now()
-    with transaction.atomic():
-        record.save()
-        _ended(record, ExecState(record.state), record.duration_ms)
+    return end(record, state, error=error[:2000])
 
 
 def forgotten(record: Exec) -> Exec:
     """The agent no longer knows a running exec (its sandbox restarted): it is lost."""
     if record.state == ExecState.RUNNING:
-        with transaction.atomic():
-            Exec.objects.filter(pk=record.pk, state=ExecState.RUNNING).update(
-                state=ExecState.LOST,
-                error="the sandbox's agent no longer knows this exec (the sandbox restarted)",
-                finished_at=timezone.now(),
-            )
-            announce(record)
-        record.refresh_from_db()
+        record = end(
+            record,
+            ExecState.LOST,
+            said=False,
+            error="the sandbox's agent no longer knows this exec (the sandbox restarted)",
+        )
+        announce(record)
     return record
 
 

@@ -1,18 +1,17 @@
 """An exec as it runs: its output as numbered chunks (polled, or pushed as it comes), waiting
 for its end, killing it. While its sandbox runs, the agent knows it; after, its record does."""
 
-import time
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from boxyard.actors import Actor
-from boxyard.errors import N_, BoxyardError, InvalidInput, InvalidState, NotFound
+from boxyard.errors import N_, BoxyardError, InvalidInput, NotFound
 from boxyard.later import Awaited, Get
-from boxyard.threads import release_connection, waiting
+from boxyard.threads import release_connection
 from sandboxes.guard import acting_on
 from sandboxes.models import Exec, ExecState, State
 from sandboxes.runtime import answers
-from sandboxes.runtime.agent import AgentChannel, channel
+from sandboxes.runtime.port import SandboxPort, port_of
 from sandboxes.services.execs.ending import finish_from_status, forgotten
 from sandboxes.services.shares import long_call
 
@@ -28,10 +27,15 @@ class ExecOutput(NamedTuple):
     dropped_bytes: int
 
 
-def exec_output(record: Exec, since_seq: int = 0, max_bytes: int | None = None) -> ExecOutput:
+def exec_output_recording_end(
+    record: Exec, since_seq: int = 0, max_bytes: int | None = None
+) -> ExecOutput:
     """An exec's output as chunks numbered from 1: those after `since_seq` (the last seen),
     at most about `max_bytes` of them; and the exec as it is now. What the agent no longer
-    keeps (its budget of all output was full, oldest first) is skipped, and counted."""
+    keeps (its budget of all output was full, oldest first) is skipped, and counted.
+
+    A read that writes: when the agent says the exec has ended (or no longer knows it), its
+    end is recorded here if nothing recorded it first (`ending.end`)."""
     agent = _live_agent(record)
     if agent is not None:
         try:
@@ -48,7 +52,7 @@ def exec_output(record: Exec, since_seq: int = 0, max_bytes: int | None = None) 
                     status = _status(agent, record)
                 except NotFound:
                     status = answer  # let go by the agent meanwhile: its end, as just read
-                record = finish_from_status(record, status)
+                record = finish_from_status(record, status, agent)
             return ExecOutput(chunks, record, answers.count(answer.get("dropped_bytes")))
     elif record.state == ExecState.RUNNING and record.background:
         record = forgotten(record)
@@ -74,7 +78,7 @@ def exec_output_bytes(record: Exec, stream: object = "stdout") -> Iterator[bytes
     return _pages(agent, record, str(stream))
 
 
-def _pages(agent: AgentChannel, record: Exec, stream: str) -> Iterator[bytes]:
+def _pages(agent: SandboxPort, record: Exec, stream: str) -> Iterator[bytes]:
     since = 0
     while True:
         try:
@@ -91,7 +95,7 @@ def _pages(agent: AgentChannel, record: Exec, stream: str) -> Iterator[bytes]:
                     yield answers.data(piece.get("data"))
 
 
-def _status(agent: AgentChannel, record: Exec) -> dict[str, Any]:
+def _status(agent: SandboxPort, record: Exec) -> dict[str, Any]:
     return agent.call(
         "status", exec=str(record.id), limit=record.sandbox.pipeline.output_limit_bytes
     )
@@ -121,8 +125,8 @@ def await_exec(record: Exec, timeout_seconds: float, *, counted: bool = True) ->
     if record.state != ExecState.RUNNING:
         return Awaited.now(record)
     agent = _live_agent(record)
-    if agent is None:
-        return Awaited.now(_poll(record, timeout_seconds))
+    if agent is None:  # its sandbox stopped: the reconciler records its end
+        return Awaited.now(record)
     held = long_call(record.sandbox.pipeline_id) if counted else None
     try:
         request_id, answer = agent.ask(
@@ -142,7 +146,7 @@ def await_exec(record: Exec, timeout_seconds: float, *, counted: bool = True) ->
             status = get()
         except NotFound:
             return forgotten(record)
-        return finish_from_status(record, status)
+        return finish_from_status(record, status, agent)
 
     return Awaited(
         answer,
@@ -154,32 +158,18 @@ def await_exec(record: Exec, timeout_seconds: float, *, counted: bool = True) ->
     )
 
 
-def _poll(record: Exec, timeout_seconds: float) -> Exec:
-    """Wait for an exec that runs without the agent (its own request records its end)."""
-    deadline = time.monotonic() + timeout_seconds
-    while record.state == ExecState.RUNNING and time.monotonic() < deadline:
-        with waiting():
-            time.sleep(0.05)
-        record.refresh_from_db()
-    return record
-
-
 def kill_exec(
     record: Exec, actor: Actor, *, holder: str | None = None, epoch: int | None = None
 ) -> Exec:
     """Kill an exec and every process it started, wherever they went, also those it left
     running after it ended; answer once it has ended."""
-    if record.state != ExecState.RUNNING and not record.sandbox.agent:
-        return record
     with acting_on(
         record.sandbox, actor, N_("kill an exec"), holder=holder, epoch=epoch, states=tuple(State)
     ):
         pass  # the lease says whether the caller may; the agent does the killing
     agent = _live_agent(record)
     if agent is None:
-        if record.state != ExecState.RUNNING:
-            return record  # its sandbox stopped: so did every process of it
-        raise InvalidState(N_("this exec runs without the agent and ends with its own request"))
+        return record  # its sandbox stopped: so did every process of it
     try:
         agent.call("kill", exec=str(record.id))
     except NotFound:
@@ -197,47 +187,18 @@ def subscribe(
     if agent is None:
         return None
     try:
-        return follow(agent, str(record.id), since_seq, on_event)
+        return agent.follow(str(record.id), since_seq, on_event)
     except NotFound:
         forgotten(record)
         return None
 
 
-def follow(
-    agent: AgentChannel, exec_id: str, since_seq: int, on_event: Callable[[dict[str, Any]], None]
-) -> Callable[[], None]:
-    """Subscribe to what the agent keeps as `exec_id` (an exec, or a managed process's run):
-    `on_event` gets {"event": "chunk", seq, stream, text}, then one {"event": "exit",
-    exit_code, timed_out, killed} or {"event": "gone", reason}, from the channel's reader
-    thread. Returns the function that stops it."""
-
-    def relay(message: dict[str, Any]) -> None:
-        if message["event"] == "chunk":
-            on_event({"event": "chunk", **answers.chunks([message])[0]})
-        elif message["event"] == "exit":
-            status = message.get("status") or {}
-            on_event(
-                {
-                    "event": "exit",
-                    "exit_code": answers.optional_int(status.get("exit_code")),
-                    "timed_out": status.get("timed_out") is True,
-                    "killed": status.get("killed") is True,
-                }
-            )
-        else:
-            on_event({"event": "gone", "reason": message.get("reason", "")})
-
-    answer = agent.call("subscribe", exec=exec_id, since_seq=since_seq, on_event=relay)
-    subscription = answer["_id"]
-    return lambda: agent.unsubscribe(subscription, exec_id)
-
-
-def _live_agent(record: Exec) -> AgentChannel | None:
-    """The agent that knows this exec, if it may still know it."""
+def _live_agent(record: Exec) -> SandboxPort | None:
+    """The port of the agent that knows this exec, if it may still know it."""
     sandbox = record.sandbox
-    if not sandbox.agent or sandbox.state != State.RUNNING or not sandbox.container_id:
+    if sandbox.state != State.RUNNING or not sandbox.container_id:
         return None
     try:
-        return channel(sandbox)
+        return port_of(sandbox)
     except BoxyardError:
         return None

@@ -1,7 +1,7 @@
-"""Running a command: the exec recorded under the guard, then run through the sandbox's agent
-(in a session, or fresh), or in a one-shot engine exec for a sandbox without the agent.
+"""Running a command: the exec recorded under the guard, then run through the sandbox's port
+(its agent), in a session or fresh.
 
-Through the agent, a foreground command in a session costs a write on this process's open
+A foreground command in a session costs a write on this process's open
 channel; a fresh one (outside any session) is a process the agent starts; a background one
 keeps running and keeps its output in the agent, whoever asks next. The agent runs every
 process as the sandbox user with a tag it cannot shed, so a timeout or a kill ends everything
@@ -34,11 +34,10 @@ from boxyard.threads import release_connection
 from sandboxes.guard import acting_on
 from sandboxes.models import Exec, ExecState, Sandbox, ShellSession
 from sandboxes.runtime import answers, runtime_of
-from sandboxes.runtime.agent import AgentChannel, At, channel
+from sandboxes.runtime.port import AgentOutdated, SandboxPort, port_of
 from sandboxes.scripts import BAD_CWD
-from sandboxes.services import containers
+from sandboxes.services import booting, containers
 from sandboxes.services.execs.ending import announce, fail, finish_from_status
-from sandboxes.services.execs.oneshot import DEADLINE_GRACE_SECONDS, run_one_shot
 from sandboxes.services.execs.requests import ExecRequest
 from sandboxes.services.shares import long_call
 
@@ -48,8 +47,9 @@ log = logging.getLogger(__name__)
 _WATCH_SECONDS = 300
 # Record the end of commands whose caller went away (a moment's work each, as they end).
 _RECORDERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="exec-end")
-# The agent's protocol version that runs fresh commands itself (older ones: an engine exec).
-FRESH_SINCE_VERSION = 2
+# How long past its own timeout we wait for a command to be reported ended before giving up
+# on it (the watchdog in the sandbox has killed it by then).
+DEADLINE_GRACE_SECONDS = 15
 
 
 class ExecWatch(Protocol):
@@ -94,7 +94,9 @@ def start_exec(
     while it runs.
 
     The lease is checked (and renewed) in the transaction that records the exec, so a holder
-    that lost the lease never reaches the container.
+    that lost the lease never reaches the container. A sandbox still on an older agent is
+    migrated before the command is sent (`booting.current`), which then runs in its new
+    container.
     """
     held = long_call(sandbox.pipeline_id) if counted and not request.background else None
     try:
@@ -117,18 +119,7 @@ def _start(
     with acting_on(sandbox, actor, N_("exec"), holder=holder, epoch=epoch) as acting:
         sandbox, lease = acting.sandbox, acting.lease
         assert lease is not None
-        engine = not sandbox.agent
-        if engine and request.background:
-            raise InvalidInput(
-                "background",
-                N_("this sandbox runs without the agent, so it has no background execs"),
-            )
-        if engine and request.session != "default":
-            raise InvalidInput(
-                "session",
-                N_("this sandbox runs without the agent, so it has only the default session"),
-            )
-        init = None if engine or request.one_shot else session_init(sandbox, request.session)
+        init = None if request.one_shot else session_init(sandbox, request.session)
         record = Exec.objects.create(
             sandbox=sandbox,
             session=request.session,
@@ -145,15 +136,7 @@ def _start(
         announce(record, ended=False)
     if watch is not None:
         watch.started(record)
-    if engine:
-        return _done(run_one_shot(sandbox, record, request, actor), held)
-    return _run_in_agent(sandbox, record, request, init, actor, watch, held)
-
-
-def _done(record: Exec, held: Held | None) -> Awaited[Exec]:
-    if held is not None:
-        held.release()
-    return Awaited.now(record)
+    return _run(sandbox, record, request, init, actor, watch, held)
 
 
 def session_init(sandbox: Sandbox, name: str) -> dict[str, Any]:
@@ -173,7 +156,7 @@ def session_init(sandbox: Sandbox, name: str) -> dict[str, Any]:
     return {"cwd": row.cwd, "env": row.env}
 
 
-def _run_in_agent(
+def _run(
     sandbox: Sandbox,
     record: Exec,
     request: ExecRequest,
@@ -209,10 +192,7 @@ def _run_in_agent(
         payload["cwd"] = request.cwd
     if env:
         payload["env"] = env
-    agent = _agent(sandbox, record, actor)
-    if init is None and agent.version < FRESH_SINCE_VERSION:
-        # An agent older than fresh runs.
-        return _done(run_one_shot(sandbox, record, request, actor), held)
+    sandbox, agent = _port(sandbox, record, actor)
     wait = 10.0 if request.background else (request.timeout_seconds or 0) + DEADLINE_GRACE_SECONDS
     relay = None
     if watch is not None and not request.background:
@@ -226,7 +206,7 @@ def _run_in_agent(
     release_connection()
 
     def finish(get: Get) -> Exec:
-        return _ran(sandbox, record, request, actor, get)
+        return _ran(sandbox, agent, record, request, actor, get)
 
     def abandon() -> None:
         # Nobody waits any more, but the command runs on: its end is recorded when it comes,
@@ -258,7 +238,14 @@ def _record_end(finish: Callable[[Get], Exec], answer: "Future[Any]", held: Held
         db.connection.close()
 
 
-def _ran(sandbox: Sandbox, record: Exec, request: ExecRequest, actor: Actor, get: Get) -> Exec:
+def _ran(
+    sandbox: Sandbox,
+    agent: SandboxPort,
+    record: Exec,
+    request: ExecRequest,
+    actor: Actor,
+    get: Get,
+) -> Exec:
     """The exec as the agent's answer to `run` leaves it."""
     limit = sandbox.pipeline.output_limit_bytes
     try:
@@ -270,11 +257,10 @@ def _ran(sandbox: Sandbox, record: Exec, request: ExecRequest, actor: Actor, get
         raise
     if request.background:
         if status.get("finished"):  # it could not start at all
-            agent = channel(sandbox)
             return finish_from_status(
-                record, agent.call("status", exec=str(record.id), limit=limit)
+                record, agent.call("status", exec=str(record.id), limit=limit), agent
             )
-        _watch(At(sandbox.container_id, sandbox.host_id), record.pk, limit)
+        _watch(agent, record.pk, limit)
         return record
     if (
         status.get("exit_code") == BAD_CWD
@@ -283,7 +269,7 @@ def _ran(sandbox: Sandbox, record: Exec, request: ExecRequest, actor: Actor, get
     ):
         fail(record, ExecState.FAILED, f"cwd {request.cwd} is not a directory")
         raise InvalidInput("cwd", N_("%(cwd)s is not a directory in the sandbox", cwd=request.cwd))
-    return finish_from_status(record, status)
+    return finish_from_status(record, status, agent)
 
 
 def _relay(watch: ExecWatch) -> Callable[[dict[str, Any]], None]:
@@ -294,10 +280,18 @@ def _relay(watch: ExecWatch) -> Callable[[dict[str, Any]], None]:
     return relay
 
 
-def _agent(sandbox: Sandbox, record: Exec, actor: Actor) -> AgentChannel:
-    """This process's channel to the sandbox's agent; a vanished container is recorded."""
+def _port(sandbox: Sandbox, record: Exec, actor: Actor) -> tuple[Sandbox, SandboxPort]:
+    """The sandbox's port, the sandbox migrated first if it runs an older agent (then read
+    again: its new container); a vanished container is recorded."""
     try:
-        return channel(sandbox)
+        try:
+            return sandbox, port_of(sandbox)
+        except AgentOutdated:
+            sandbox = booting.current(sandbox, actor)
+            return sandbox, port_of(sandbox)
+    except AgentOutdated as error:  # it could not be migrated: said, and recorded
+        fail(record, ExecState.FAILED, str(error))
+        raise
     except (AgentGone, ContainerGone) as error:
         raise _lost_container(sandbox, record, error, actor) from error
 
@@ -315,13 +309,12 @@ def _lost_container(
     return error
 
 
-def _watch(container: At, exec_pk: UUID, limit: int) -> None:
+def _watch(agent: SandboxPort, exec_pk: UUID, limit: int) -> None:
     """Record a background exec's end as soon as it comes (best effort: whoever reads the
     exec next records it too, so a restart of this process loses nothing)."""
 
     def watch() -> None:
         try:
-            agent = channel(container)
             while True:
                 status = agent.call(
                     "wait",
@@ -333,7 +326,7 @@ def _watch(container: At, exec_pk: UUID, limit: int) -> None:
                 if status.get("finished"):
                     record = Exec.objects.select_related("sandbox").filter(pk=exec_pk).first()
                     if record is not None:
-                        finish_from_status(record, status)
+                        finish_from_status(record, status, agent)
                     return
         except BoxyardError:
             return  # the agent or the container went away; readers and the reconciler see to it

@@ -16,7 +16,7 @@ from typing import Any
 from boxyard.relay import BoundedRelay
 from boxyard.threads import in_pool
 from sandboxes.models import Exec, ExecState
-from sandboxes.services.execs.reading import exec_output, subscribe, wait_exec
+from sandboxes.services.execs.reading import exec_output_recording_end, subscribe, wait_exec
 
 KEEPALIVE_SECONDS = 15
 # Output queued for one stream at most (characters of text); and how often a stream that fell
@@ -34,7 +34,7 @@ async def exec_events(record: Exec, since_seq: int) -> AsyncGenerator[Event, Non
     )
     stop = await in_pool(subscribe, record, since_seq, relay.push)
     if stop is None:
-        chunks, record, _ = await in_pool(exec_output, record, since_seq)
+        chunks, record, _ = await in_pool(exec_output_recording_end, record, since_seq)
         for chunk in chunks:
             yield {"event": "chunk", **chunk}
         yield {"event": "exit", **_progress(record)}
@@ -67,7 +67,9 @@ async def exec_events(record: Exec, since_seq: int) -> AsyncGenerator[Event, Non
 async def _catch_up(record: Exec, since_seq: int) -> AsyncIterator[Event]:
     """The rest of the output, from the agent's copy, then the end."""
     while True:
-        chunks, record, _ = await in_pool(exec_output, record, since_seq, BACKLOG_CHARS)
+        chunks, record, _ = await in_pool(
+            exec_output_recording_end, record, since_seq, BACKLOG_CHARS
+        )
         for chunk in chunks:
             since_seq = chunk["seq"]
             yield {"event": "chunk", **chunk}

@@ -69,7 +69,6 @@ def open_archive(sandbox: Sandbox, path: object, format: object = None) -> Archi
     target = workspace_path(path or "/workspace")
     kind = clean_format(format)
     require_running(sandbox, N_("read files"))
-    _needs_agent(sandbox)
     sandbox.record_activity()
     try:
         stream = runtime_of(sandbox).exec_stream(
@@ -115,7 +114,6 @@ def extract_archive(
         sandbox, actor, N_("change files"), holder=holder, epoch=epoch, activity=True
     ) as acting:
         sandbox = acting.sandbox
-    _needs_agent(sandbox)
     most_bytes = settings.BOXYARD_ARCHIVE_MAX_BYTES
     if sandbox.workspace_limit_bytes is not None:
         most_bytes = min(most_bytes, sandbox.workspace_limit_bytes)
@@ -154,13 +152,6 @@ def extract_archive(
             size=extracted.size_bytes,
         )
     return extracted
-
-
-def _needs_agent(sandbox: Sandbox) -> None:
-    if not sandbox.agent:
-        raise InvalidInput(
-            "path", N_("archives need the sandbox agent, which this sandbox was started without")
-        )
 
 
 def _answer(result: ExecResult) -> dict[str, Any]:

@@ -1,14 +1,12 @@
 """A file operation runs inside the sandbox as the sandbox user (a short POSIX script of
 `sandboxes.scripts`, or the agent's own programs), never through the engine's archive API nor
 on the host; its exit code is its verdict, which `verdict` turns into the error it stands
-for. A file's bytes take the agent's own socket where this process can reach it (`direct`),
+for. A file's bytes take the agent's own socket where the sandbox's port reaches it (`direct`),
 and an engine exec otherwise."""
 
 import hashlib
 import socket
 from collections.abc import Iterable, Iterator
-
-from django.conf import settings
 
 from boxyard.actors import Actor
 from boxyard.errors import (
@@ -24,7 +22,8 @@ from boxyard.errors import (
 from sandboxes import scripts
 from sandboxes.models import Sandbox
 from sandboxes.runtime import ExecResult, runtime_of
-from sandboxes.services import containers
+from sandboxes.runtime.port import port_of
+from sandboxes.services import booting, containers
 
 _FILE_OP_DEADLINE = 300
 # An operation fed bytes may take as long as they need at this rate, and five minutes more.
@@ -95,13 +94,16 @@ def run_inside(
         raise containers.gone(sandbox, error, actor) from error
 
 
-def direct(sandbox: Sandbox) -> socket.socket | None:
-    """A connection to the sandbox agent's own socket, for a file's bytes to take instead of
-    the engine's execs, where this process can reach it (`Runtime.agent_socket`) and the
-    operator has not turned it off (`BOXYARD_AGENT_DIRECT`)."""
-    if not settings.BOXYARD_AGENT_DIRECT or not sandbox.agent or not sandbox.container_id:
-        return None
-    return runtime_of(sandbox).agent_socket(sandbox.container_id)
+def direct(sandbox: Sandbox, actor: Actor) -> tuple[Sandbox, socket.socket | None]:
+    """The sandbox (migrated first if it still runs an older agent: `booting.current`) and a
+    connection to its agent's own socket for a file's bytes to take instead of the engine's
+    execs, where its port reaches it (`SandboxPort.file_socket`); None when it does not, or
+    when the agent does not answer (at the pids limit, say: the engine's exec may still run)."""
+    sandbox = booting.current(sandbox, actor)
+    try:
+        return sandbox, port_of(sandbox).file_socket()
+    except BoxyardError:
+        return sandbox, None
 
 
 def reader(sandbox: Sandbox) -> Actor:

@@ -1,6 +1,6 @@
 """Listing a directory of the workspace, inside the sandbox as the sandbox user, in a
-structured encoding (JSON lines from the agent, NUL-separated records from the shell), so
-that no file name, whatever bytes it holds, can pose as another entry."""
+structured encoding (JSON lines from the agent's `list`), so that no file name, whatever
+bytes it holds, can pose as another entry."""
 
 import base64
 import json
@@ -8,11 +8,10 @@ import posixpath
 from dataclasses import dataclass
 
 from boxyard.errors import N_, InvalidInput
-from sandboxes import scripts
 from sandboxes.guard import require_running
 from sandboxes.models import Sandbox
 from sandboxes.runtime import AGENT_PATH
-from sandboxes.scripts import WORKSPACE, sh
+from sandboxes.scripts import WORKSPACE
 from sandboxes.services.files.inside import reader, run_inside, verdict
 from sandboxes.services.files.paths import workspace_path
 
@@ -29,15 +28,7 @@ class FileEntry:
     mtime_unix: int
 
 
-_TYPES = {
-    "regular file": "file",
-    "regular empty file": "file",
-    "directory": "dir",
-    "symbolic link": "symlink",
-}
-_KINDS = set(_TYPES) | {"fifo", "socket", "character special file", "block special file"}
 _AGENT_KINDS = {"file", "dir", "symlink", "other"}
-_UNKNOWN_COMMAND = 2  # what an agent older than `list` answers
 
 
 def list_files(
@@ -45,9 +36,8 @@ def list_files(
 ) -> tuple[list[FileEntry], bool]:
     """Entries under a directory, and whether the list was cut at MAX_LIST_ENTRIES.
 
-    Listed inside the sandbox as the sandbox user, in a structured encoding (JSON from the
-    agent, NUL-separated records from the shell), so that no file name, whatever bytes it
-    holds, can pose as another entry."""
+    Listed inside the sandbox as the sandbox user by the agent's `list`, in JSON lines, so
+    that no file name, whatever bytes it holds, can pose as another entry."""
     target = workspace_path(path or WORKSPACE)
     if not isinstance(recursive, bool):
         raise InvalidInput("recursive", N_("must be true or false"))
@@ -55,28 +45,14 @@ def list_files(
     sandbox.record_activity()
     flag = "1" if recursive else "0"
     limit = MAX_LIST_ENTRIES * 1024
-    result = None
-    if sandbox.agent:
-        result = run_inside(
-            sandbox,
-            [AGENT_PATH, "list", target, flag, str(MAX_LIST_ENTRIES)],
-            reader(sandbox),
-            output_limit=limit,
-        )
-        if result.exit_code == _UNKNOWN_COMMAND:
-            result = None
-    if result is None:
-        result = run_inside(
-            sandbox,
-            sh(scripts.LIST, "boxyard-list", target, flag),
-            reader(sandbox),
-            output_limit=limit,
-        )
-        verdict(result, target, listing=True)
-        entries = _parse_records(result.stdout)
-    else:
-        verdict(result, target, listing=True)
-        entries = _parse_json_lines(result.stdout)
+    result = run_inside(
+        sandbox,
+        [AGENT_PATH, "list", target, flag, str(MAX_LIST_ENTRIES)],
+        reader(sandbox),
+        output_limit=limit,
+    )
+    verdict(result, target, listing=True)
+    entries = _parse_json_lines(result.stdout)
     truncated = result.stdout_truncated or len(entries) > MAX_LIST_ENTRIES
     entries.sort(key=lambda entry: entry.path)
     return entries[:MAX_LIST_ENTRIES], truncated
@@ -118,27 +94,4 @@ def _parse_json_lines(data: bytes) -> list[FileEntry]:
             entries.append(
                 _entry(path, item["type"], item.get("size"), item.get("mode"), item.get("mtime"))
             )
-    return entries
-
-
-def _parse_records(data: bytes) -> list[FileEntry]:
-    """The shell's listing: per entry "type|size|mode|mtime|", a line break, the path, a NUL.
-    The last record, cut by the output limit, has no NUL and is left out."""
-    entries: list[FileEntry] = []
-    for record in data.split(b"\0")[:-1]:
-        header, newline, raw_path = record.partition(b"\n")
-        fields = header.decode("utf-8", errors="replace").split("|")
-        path = raw_path.decode("utf-8", errors="surrogateescape")
-        if not newline or len(fields) != 5 or fields[0] not in _KINDS or not _inside(path):
-            continue
-        kind, size, mode, mtime, _ = fields
-        entries.append(
-            _entry(
-                path,
-                _TYPES.get(kind, "other"),
-                int(size) if size.isdigit() else 0,
-                mode.zfill(4),
-                int(mtime) if mtime.lstrip("-").isdigit() else 0,
-            )
-        )
     return entries

@@ -87,12 +87,9 @@ def _write(
 ) -> ExecResult:
     """The write itself: through the agent's socket where there is one, else a script in an
     engine exec. Either answers with the write script's verdict."""
-    connection = direct(sandbox)
+    sandbox, connection = direct(sandbox, actor)
     if connection is not None:
-        try:
-            return agentfiles.put(connection, target, permissions, overwrite, size, data)
-        except agentfiles.Unsupported:
-            pass  # an agent from before files went over its socket: its engine exec
+        return agentfiles.put(connection, target, permissions, overwrite, size, data)
     overwrites = "1" if overwrite else "0"
     argv = sh(scripts.WRITE, "boxyard-write", target, permissions, overwrites, str(size))
     return run_inside(sandbox, argv, actor, stdin=data, deadline_seconds=deadline_for(size))

@@ -94,28 +94,20 @@ def open_file_stream(
     if activity:
         sandbox.record_activity()
     identity = expect.identity if expect else None
-    connection = direct(sandbox)
+    sandbox, connection = direct(sandbox, reader(sandbox))
     if connection is not None:
-        try:
-            header, body = agentfiles.get(connection, target, start, length, identity)
-        except agentfiles.Unsupported:
-            pass  # an agent from before files went over its socket: an engine exec
-        else:
-            if not header.get("ok"):
-                _refused(agentfiles.refusal(header), target)
-            identity = " ".join(str(header.get(key)) for key in ("size", "mtime", "inode"))
-            info = _info(target, identity.encode())
-            left = max(info.size_bytes - start, 0)
-            if header.get("length") != (left if length < 0 else min(length, left)):
-                body.close()  # the sandbox's answer, which must agree with itself
-                raise RuntimeFailure(
-                    N_(
-                        "reading %(path)s gave %(said)r, not its identity",
-                        path=target,
-                        said=header,
-                    )
-                )
-            return info, FileStream(b"", iter(body), body.close)
+        header, body = agentfiles.get(connection, target, start, length, identity)
+        if not header.get("ok"):
+            _refused(agentfiles.refusal(header), target)
+        identity = " ".join(str(header.get(key)) for key in ("size", "mtime", "inode"))
+        info = _info(target, identity.encode())
+        left = max(info.size_bytes - start, 0)
+        if header.get("length") != (left if length < 0 else min(length, left)):
+            body.close()  # the sandbox's answer, which must agree with itself
+            raise RuntimeFailure(
+                N_("reading %(path)s gave %(said)r, not its identity", path=target, said=header)
+            )
+        return info, FileStream(b"", iter(body), body.close)
     argv = [target, str(start), str(length), *([identity] if identity else [])]
     try:
         stream = runtime_of(sandbox).exec_stream(

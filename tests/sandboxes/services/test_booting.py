@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from celery import current_app
 
+from boxyard.errors import RuntimeUnavailable
 from sandboxes import lifecycle, metrics, services
 from sandboxes.models import Event, Sandbox, State
 from sandboxes.runtime import LABEL_SANDBOX, agent
@@ -173,3 +174,32 @@ def test_an_open_that_loses_the_restart_race_still_gets_a_running_sandbox(
     lifecycle.move(running, lifecycle.RESTART, bot, reason="health check failed")
     ready = booting.ready(stale_copy, bot)
     assert (ready.state, ready.generation) == (State.RUNNING, 2)
+
+
+@pytest.mark.django_db
+def test_an_open_migrates_a_sandbox_started_without_the_agent(running, bot, fake_runtime) -> None:
+    """A running sandbox made without the agent gets a new container with it, its workspace
+    kept; the restart says why. One that runs the current agent is handed out as it is."""
+    assert booting.ready(running, bot).generation == 1
+    Sandbox.objects.filter(pk=running.pk).update(agent="")
+    running.refresh_from_db()
+    old_name, volume = running.container_name, running.volume_name
+    ready = booting.ready(running, bot)
+    assert (ready.state, ready.generation, ready.volume_name) == (State.RUNNING, 2, volume)
+    assert ready.agent and ready.health_failures == 0
+    [migrated] = Event.objects.filter(sandbox=running, action="sandbox.agent_migrated")
+    assert migrated.detail == {"container": old_name}
+    restarting = Event.objects.get(sandbox=running, action="sandbox.restarting")
+    assert restarting.reason == "migrated to the current agent"
+
+
+@pytest.mark.django_db
+def test_no_sandbox_starts_without_the_agent_binary(
+    pipeline, bot, fake_runtime, settings, tmp_path
+) -> None:
+    settings.BOXYARD_AGENT_BINARY = str(tmp_path / "missing")
+    row = create_row(pipeline, "group_1", {}, bot)
+    with pytest.raises(RuntimeUnavailable, match="bin/setup"):
+        booting.start(row, bot)
+    row.refresh_from_db()
+    assert row.state == State.CREATING and not fake_runtime.containers

@@ -4,12 +4,19 @@ import time
 
 import pytest
 
-from boxyard.errors import InvalidInput, InvalidState, LeaseBusy, StaleEpoch, TakenOver
+from boxyard.errors import (
+    InvalidInput,
+    InvalidState,
+    LeaseBusy,
+    RuntimeUnavailable,
+    StaleEpoch,
+    TakenOver,
+)
 from sandboxes import services
-from sandboxes.models import Exec, ExecState
+from sandboxes.models import Event, Exec, ExecState, Sandbox
 from sandboxes.runtime import answers
 from sandboxes.runtime.agent import channel
-from sandboxes.services.execs import FRESH_SINCE_VERSION
+from sandboxes.runtime.port import PROTOCOL
 from tests.conftest import CHAT
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db]
@@ -109,18 +116,6 @@ def test_a_fresh_command_is_started_by_the_agent(sandbox, bot) -> None:
     ]
 
 
-def test_an_agent_older_than_fresh_commands_gets_an_engine_exec(sandbox, bot) -> None:
-    parent = "tr '\\0' ' ' </proc/$PPID/cmdline"
-    run(sandbox, bot, "true")  # the channel is open
-    agent = channel(sandbox)
-    agent.version = 1
-    try:
-        # The engine exec runs the one-shot script, which is the command's parent.
-        assert "boxyard-exec" in run(sandbox, bot, parent, one_shot=True).stdout.split(" ")
-    finally:
-        agent.version = FRESH_SINCE_VERSION
-
-
 def test_output_is_capped_with_a_truncated_flag(make_pipeline, bot, docker_engine) -> None:
     pipeline = make_pipeline(output_limit_bytes=1024)
     sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
@@ -194,22 +189,39 @@ def test_a_container_removed_from_outside_is_detected_and_recreated(
     assert run(reopened, bot, "cat keep.txt").stdout == "still here"
 
 
-def test_without_the_agent_execs_run_one_shot(
+def test_a_sandbox_started_without_the_agent_is_migrated_at_its_first_exec(sandbox, bot) -> None:
+    """A sandbox whose row says it runs without the agent (made before the agent was
+    required) gets a new container with the current agent at its first command, its
+    workspace kept; the restart is an event."""
+    run(sandbox, bot, "echo kept > mark.txt")
+    old_container = sandbox.container_id
+    Sandbox.objects.filter(pk=sandbox.pk).update(agent="")
+    sandbox.refresh_from_db()
+    assert run(sandbox, bot, "cat mark.txt").stdout == "kept\n"
+    sandbox.refresh_from_db()
+    assert sandbox.agent and sandbox.container_id != old_container
+    assert Event.objects.filter(sandbox=sandbox, action="sandbox.agent_migrated").count() == 1
+
+
+def test_an_agent_older_than_the_protocol_is_migrated(sandbox, bot) -> None:
+    run(sandbox, bot, "true")  # the channel is open
+    old_container = sandbox.container_id
+    channel(sandbox).version = PROTOCOL - 1  # as an agent of before answers its ping
+    assert run(sandbox, bot, "echo new").stdout == "new\n"
+    sandbox.refresh_from_db()
+    assert sandbox.container_id != old_container
+    assert channel(sandbox).version == PROTOCOL
+    assert Event.objects.filter(sandbox=sandbox, action="sandbox.agent_migrated").count() == 1
+
+
+def test_without_the_agent_binary_no_sandbox_starts(
     pipeline, bot, docker_engine, settings, tmp_path
 ) -> None:
-    """A sandbox made without the agent (not installed) still runs commands, each in a
-    fresh engine exec, and says plainly what it cannot do."""
+    """The agent is required: a Boxyard without its binary refuses to start a sandbox,
+    saying how to get it, rather than starting one that cannot run commands."""
     settings.BOXYARD_AGENT_BINARY = str(tmp_path / "missing")
-    sandbox = services.open_sandbox(pipeline, CHAT, bot).sandbox
-    assert sandbox.agent == ""
-    assert run(sandbox, bot, "cd /tmp; pwd").stdout == "/tmp\n"
-    assert run(sandbox, bot, "pwd").stdout == "/workspace\n"  # no session state
-    timed = run(sandbox, bot, "sleep 30", timeout_seconds=1)
-    assert timed.state == ExecState.TIMED_OUT
-    with pytest.raises(InvalidInput, match="without the agent"):
-        run(sandbox, bot, "true", background=True)
-    with pytest.raises(InvalidInput, match="without the agent"):
-        services.create_session(sandbox, "other", bot)
+    with pytest.raises(RuntimeUnavailable, match="bin/setup"):
+        services.open_sandbox(pipeline, CHAT, bot)
 
 
 def test_what_the_agent_answers_is_checked_before_use() -> None:
@@ -242,7 +254,7 @@ def test_an_exec_the_agent_let_go_between_two_reads_still_ends(sandbox, bot, mon
         raise NotFound(f"no exec {record.id} in this sandbox")
 
     monkeypatch.setattr(reading, "_status", let_go)
-    chunks, ended, _ = services.exec_output(
+    chunks, ended, _ = services.exec_output_recording_end(
         Exec.objects.select_related("sandbox__pipeline").get(pk=record.pk)
     )
     assert [chunk["text"] for chunk in chunks] == ["done\n"]

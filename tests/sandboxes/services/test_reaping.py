@@ -99,7 +99,7 @@ def test_a_running_background_command_is_activity(pipeline, bot, docker_engine) 
     started = run(sandbox, bot, "sleep 30", background=True)
     make_idle(sandbox)
     assert not reap_due().idle
-    services.kill_exec(services.exec_output(started)[1], bot)
+    services.kill_exec(services.exec_output_recording_end(started)[1], bot)
     make_idle(sandbox)
     assert reap_due().idle == [str(sandbox.pk)]
 

@@ -197,7 +197,9 @@ def test_background_exec_output_arrives_in_order_to_every_poller(sandbox, bot) -
         seqs, out, err, last = [], [], [], 0
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            chunks, current, _ = services.exec_output(record, since_seq=last, max_bytes=64)
+            chunks, current, _ = services.exec_output_recording_end(
+                record, since_seq=last, max_bytes=64
+            )
             for chunk in chunks:
                 seqs.append(chunk["seq"])
                 (out if chunk["stream"] == "stdout" else err).append(chunk["text"])
@@ -227,7 +229,7 @@ def test_background_output_beyond_the_inline_cap_is_all_kept(
     assert record.stdout_truncated and len(record.stdout) == 4096 and record.stdout_bytes == 300000
     text, last = "", 0
     while True:
-        chunks, _, _ = services.exec_output(record, since_seq=last)
+        chunks, _, _ = services.exec_output_recording_end(record, since_seq=last)
         if not chunks:
             break
         text += "".join(chunk["text"] for chunk in chunks)
@@ -243,7 +245,9 @@ def test_kill_ends_a_background_exec_and_everything_it_started(sandbox, bot) -> 
         background=True,
     )
     deadline = time.monotonic() + 10
-    while "started" not in "".join(c["text"] for c in services.exec_output(record)[0]):
+    while "started" not in "".join(
+        c["text"] for c in services.exec_output_recording_end(record)[0]
+    ):
         assert time.monotonic() < deadline
         time.sleep(0.05)
     killed = services.kill_exec(record, bot)
