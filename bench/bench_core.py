@@ -295,7 +295,7 @@ class RawDocker:
 
 def parity_problems(raw: RawDocker, sandbox: Any) -> list[str]:
     """Differences between the raw host config and the one Boxyard builds for `sandbox`."""
-    from sandboxes.runtime import get_runtime
+    from hosts.engines import get_runtime
     from sandboxes.runtime.docker.engine import DockerRuntime
     from sandboxes.services import specs
 

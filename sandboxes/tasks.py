@@ -17,10 +17,10 @@ from django.conf import settings
 
 from boxyard.actors import SYSTEM, Actor
 from boxyard.errors import RuntimeUnavailable
+from hosts.engines import get_runtime
 from hosts.models import DockerHost
 from sandboxes.images import ensure_image
 from sandboxes.models import Sandbox, State, StopReason
-from sandboxes.runtime import get_runtime
 from sandboxes.services import close_sandbox
 from sandboxes.services.background import RECONCILE, later
 from sandboxes.services.jobs import run_exclusive

@@ -18,9 +18,10 @@ from django.db import connection
 from django.test import Client
 from django.utils import translation
 
+from hosts.engines import get_runtime
 from pipelines.models import Pipeline
 from sandboxes import metrics
-from sandboxes.runtime import LABEL_DEPLOYMENT, get_runtime, set_runtime
+from sandboxes.runtime import LABEL_DEPLOYMENT, set_runtime
 from sandboxes.services import Actor
 from tests.fakes import FakeRuntime
 

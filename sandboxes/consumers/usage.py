@@ -7,7 +7,8 @@ every time they look."""
 import threading
 from typing import Any
 
-from sandboxes.runtime import Usage, get_runtime
+from hosts.engines import get_runtime
+from sandboxes.runtime import Usage
 from sandboxes.runtime.agent import At
 
 _followers: dict[str, "Follower"] = {}

@@ -15,9 +15,10 @@ from collections.abc import Callable
 from django.conf import settings
 
 from boxyard.errors import RuntimeFailure, RuntimeUnavailable
+from hosts.engines import get_runtime
 from sandboxes.images import busybox, debian
 from sandboxes.images.building import LABEL_RECIPE, Outcome, Progress, build_lock
-from sandboxes.runtime import Runtime, get_runtime
+from sandboxes.runtime import Runtime
 
 __all__ = [
     "LABEL_RECIPE",

@@ -8,6 +8,7 @@ import tarfile
 from pathlib import Path
 
 from boxyard.errors import RuntimeFailure
+from hosts.engines import get_runtime
 from sandboxes.images.building import (
     LABEL_RECIPE,
     STICKY,
@@ -16,7 +17,7 @@ from sandboxes.images.building import (
     megabytes,
     sandbox_ids,
 )
-from sandboxes.runtime import LABEL_WORKSPACE_UID, Runtime, get_runtime
+from sandboxes.runtime import LABEL_WORKSPACE_UID, Runtime
 
 RECIPE = "busybox-1"
 HOST_BUSYBOX = Path("/bin/busybox")

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from boxyard.errors import RuntimeFailure
+from hosts.engines import get_runtime
 from sandboxes.images.building import (
     LABEL_RECIPE,
     STICKY,
@@ -23,7 +24,7 @@ from sandboxes.images.building import (
     tool_path,
     unmount_below,
 )
-from sandboxes.runtime import LABEL_WORKSPACE_UID, Runtime, get_runtime
+from sandboxes.runtime import LABEL_WORKSPACE_UID, Runtime
 
 RECIPE = "debian-bookworm-1"
 DEBIAN_SUITE = "bookworm"

@@ -395,13 +395,3 @@ def engine_at(host: int | None) -> Runtime:
     if _engines is None:
         raise RuntimeError("no Docker hosts' engines installed: Django is not set up")
     return _engines(host)
-
-
-def get_runtime(host: int | None = None) -> Runtime:
-    """Until the services import `hosts.engines.get_runtime`: the same."""
-    return engine_at(host)
-
-
-def runtime_of(placed: Any) -> Runtime:
-    """Until the services import `hosts.engines.runtime_of`: the same."""
-    return engine_at(placed.host_id)

@@ -34,7 +34,7 @@ from boxyard.errors import (
     RuntimeFailure,
 )
 from boxyard.threads import locked, waiting
-from sandboxes.runtime import AGENT_PATH, ROOT, Runtime, get_runtime
+from sandboxes.runtime import AGENT_PATH, ROOT, Runtime, engine_at
 from sandboxes.runtime.streams import LineBuffer, LineTooLong
 
 log = logging.getLogger(__name__)
@@ -309,7 +309,7 @@ def channel(placed: Placed) -> AgentChannel:
             current = _channels.get(container)
             if current is not None and not current.closed and current.pid == os.getpid():
                 return current
-        fresh = _open(container, get_runtime(placed.host_id))
+        fresh = _open(container, engine_at(placed.host_id))
         with _registry:
             _channels[container] = fresh
         return fresh

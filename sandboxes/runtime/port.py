@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from django.conf import settings
 
 from boxyard.errors import N_, RuntimeFailure
-from sandboxes.runtime import answers, get_runtime
+from sandboxes.runtime import answers, engine_at
 from sandboxes.runtime.agent import AgentChannel, channel
 
 # The agent's protocol this Boxyard speaks (agent/main.go's `version`, answered to ping):
@@ -142,7 +142,7 @@ class AgentPort:
         this process cannot reach it (the file scripts then run in the engine's execs)."""
         if not self.capabilities.direct_files:
             return None
-        return get_runtime(self._host).agent_socket(self._container)
+        return engine_at(self._host).agent_socket(self._container)
 
 
 def outdated(sandbox: Reachable) -> bool:

@@ -16,9 +16,10 @@ from django.db.models import F
 
 from boxyard.actors import Actor
 from boxyard.errors import N_, BoxyardError, RuntimeFailure, RuntimeUnavailable
+from hosts.engines import runtime_of
 from sandboxes import events, lifecycle, metrics
 from sandboxes.models import Sandbox, State
-from sandboxes.runtime import agent, port, runtime_of
+from sandboxes.runtime import agent, port
 from sandboxes.services import containers, processes
 from sandboxes.services.background import BOOT, later
 

@@ -16,9 +16,10 @@ from boxyard.errors import (
     RuntimeFailure,
     RuntimeUnavailable,
 )
+from hosts.engines import get_runtime, runtime_of
 from sandboxes import lifecycle
 from sandboxes.models import Sandbox, State, StopReason
-from sandboxes.runtime import LABEL_AGENT, Runtime, get_runtime, runtime_of
+from sandboxes.runtime import LABEL_AGENT, Runtime
 from sandboxes.runtime.agent import agent_volume, forget
 from sandboxes.services import specs
 

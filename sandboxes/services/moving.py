@@ -22,11 +22,11 @@ from django.db import transaction
 
 from boxyard.actors import Actor
 from boxyard.errors import N_, BoxyardError, InvalidInput, InvalidState, NoRoom
+from hosts.engines import get_runtime
 from hosts.models import DockerHost, HostState
 from sandboxes import lifecycle
 from sandboxes.guard import acting_on
 from sandboxes.models import Sandbox, State, StopReason
-from sandboxes.runtime import get_runtime
 from sandboxes.runtime.agent import forget
 from sandboxes.services import booting, specs
 from sandboxes.services.background import MOVE, MOVE_ALL, later

@@ -34,6 +34,7 @@ from django.utils import timezone
 
 from boxyard.actors import SYSTEM
 from boxyard.errors import BoxyardError, RuntimeUnavailable
+from hosts.engines import get_runtime
 from hosts.models import DockerHost
 from sandboxes import lifecycle
 from sandboxes.models import Sandbox, State
@@ -43,7 +44,6 @@ from sandboxes.runtime import (
     LABEL_SANDBOX,
     ContainerInfo,
     Runtime,
-    get_runtime,
     labels_for,
 )
 from sandboxes.runtime.agent import forget

@@ -11,10 +11,10 @@ from django.db import transaction
 
 from boxyard.actors import Actor
 from boxyard.errors import N_, BoxyardError, InvalidInput
+from hosts.engines import runtime_of
 from sandboxes import events
 from sandboxes.guard import acting_on
 from sandboxes.models import Sandbox
-from sandboxes.runtime import runtime_of
 from sandboxes.runtime.port import AgentOutdated, SandboxPort, port_of
 from sandboxes.services import booting, processes
 

@@ -13,10 +13,11 @@ from django.utils import timezone
 
 from boxyard.actors import Actor
 from boxyard.errors import N_, BoxyardError, ContainerGone
+from hosts.engines import runtime_of
 from sandboxes import events
 from sandboxes.guard import acting_on
 from sandboxes.models import Exec, ExecState, Sandbox, State, stored_size
-from sandboxes.runtime import AGENT_PATH, ROOT, Terminal, runtime_of
+from sandboxes.runtime import AGENT_PATH, ROOT, Terminal
 from sandboxes.runtime.port import port_of
 from sandboxes.services import booting, containers
 from sandboxes.services.execs.ending import end

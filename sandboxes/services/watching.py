@@ -25,6 +25,7 @@ from django.db import close_old_connections, connection
 
 from boxyard.actors import SYSTEM
 from boxyard.errors import BoxyardError
+from hosts.engines import get_runtime, runtime_of
 from sandboxes.models import Sandbox, State
 from sandboxes.runtime import (
     LABEL_DEPLOYMENT,
@@ -33,9 +34,7 @@ from sandboxes.runtime import (
     LABEL_SANDBOX,
     ContainerEvent,
     EventStream,
-    get_runtime,
     labels_for,
-    runtime_of,
 )
 from sandboxes.services import containers
 

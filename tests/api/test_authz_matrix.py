@@ -22,10 +22,10 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
+from hosts.engines import get_runtime
 from pipelines.models import Pipeline, PipelineToken
 from sandboxes import services
 from sandboxes.models import Event, Exec, Sandbox, ShellSession
-from sandboxes.runtime import get_runtime
 from tests.conftest import CHAT
 
 PREFIX = "/api/v1"

@@ -15,10 +15,10 @@ from django.test import Client
 from boxyard.actors import Actor
 from boxyard.errors import BoxyardError, InvalidInput
 from hosts import keeper, services
+from hosts.engines import get_runtime
 from hosts.models import DockerHost, HostState, default_host_pk
 from sandboxes import services as sandboxes
 from sandboxes.models import Event, Sandbox, State
-from sandboxes.runtime import get_runtime
 from sandboxes.services.reconciling import reconcile
 from tests.conftest import CHAT
 from tests.forwarding import machine_engine_socket

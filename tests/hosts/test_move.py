@@ -11,11 +11,11 @@ from django.db import transaction
 from boxyard.actors import Actor
 from boxyard.errors import ImageMissing, InvalidState, NoRoom
 from hosts import services as hosts
+from hosts.engines import get_runtime
 from hosts.models import DockerHost, default_host_pk
 from pipelines.models import Retention
 from sandboxes import services
 from sandboxes.models import Event, Sandbox, State
-from sandboxes.runtime import get_runtime
 from sandboxes.services.moving import move_all, move_sandbox
 from tests.conftest import CHAT
 from tests.engines import SecondEngine, second_engine  # noqa: F401 - fixtures

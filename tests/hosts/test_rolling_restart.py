@@ -12,10 +12,11 @@ from typing import Any
 import httpx
 from django.conf import settings
 
+from hosts.engines import get_runtime
 from pipelines.models import PipelineToken
 from sandboxes import services
 from sandboxes.models import Exec, ExecState, Sandbox, State
-from sandboxes.runtime import LABEL_SANDBOX, get_runtime
+from sandboxes.runtime import LABEL_SANDBOX
 from sandboxes.services.reconciling import reconcile
 from tests.conftest import CHAT, DEPLOYMENT
 from tests.engines import SecondEngine, second_engine  # noqa: F401 - fixture

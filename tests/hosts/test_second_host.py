@@ -12,10 +12,10 @@ from django.test import Client
 
 from boxyard.errors import HostUnavailable
 from hosts import engines, keeper, services
+from hosts.engines import get_runtime
 from hosts.models import DockerHost
 from pipelines.models import PipelineToken, Retention
 from sandboxes.models import Sandbox, State
-from sandboxes.runtime import get_runtime
 from sandboxes.services.reconciling import reconcile
 from tests.conftest import wait_for
 from tests.engines import SecondEngine, second_engine  # noqa: F401 - fixtures

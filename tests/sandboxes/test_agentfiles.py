@@ -12,8 +12,9 @@ import pytest
 from django.conf import settings
 
 from boxyard.errors import RuntimeFailure
+from hosts.engines import get_runtime
 from sandboxes import services
-from sandboxes.runtime import agentfiles, get_runtime, labels_for
+from sandboxes.runtime import agentfiles, labels_for
 from sandboxes.runtime.docker import direct
 from sandboxes.runtime.docker.engine import DockerRuntime
 from tests.conftest import CHAT, wait_for

@@ -31,15 +31,10 @@ from django.test import Client
 from boxyard.errors import RuntimeUnavailable
 from config.celery import app
 from config.embedded import start_worker_and_scheduler
+from hosts.engines import get_runtime
 from sandboxes import services
 from sandboxes.models import Event, Lease, Sandbox, State, StopReason
-from sandboxes.runtime import (
-    ContainerSpec,
-    event_stream,
-    get_runtime,
-    labels_for,
-    set_runtime,
-)
+from sandboxes.runtime import ContainerSpec, event_stream, labels_for, set_runtime
 from sandboxes.runtime.docker import DockerRuntime
 from sandboxes.services import watching
 from sandboxes.services.watching import Follower

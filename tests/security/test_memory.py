@@ -32,10 +32,10 @@ from django.http import HttpRequest, HttpResponseBase
 from boxyard import heap
 from boxyard.errors import InvalidInput
 from boxyard.relay import BoundedRelay
+from hosts.engines import get_runtime
 from pipelines.models import PipelineToken
 from sandboxes import services
 from sandboxes.runtime import agent as agent_module
-from sandboxes.runtime import get_runtime
 from sandboxes.runtime.agent import AgentChannel
 from sandboxes.runtime.streams import _CHUNK, FrameReader, LineBuffer, LineTooLong, frames
 from tests.conftest import CHAT

@@ -31,9 +31,10 @@ from boxyard.errors import (
 from boxyard.later import Awaited, Get
 from boxyard.slots import Held
 from boxyard.threads import release_connection
+from hosts.engines import runtime_of
 from sandboxes.guard import acting_on
 from sandboxes.models import Exec, ExecState, Sandbox, ShellSession
-from sandboxes.runtime import answers, runtime_of
+from sandboxes.runtime import answers
 from sandboxes.runtime.port import AgentOutdated, SandboxPort, port_of
 from sandboxes.scripts import BAD_CWD
 from sandboxes.services import booting, containers

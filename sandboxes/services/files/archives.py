@@ -23,10 +23,11 @@ from django.db import transaction
 
 from boxyard.actors import Actor
 from boxyard.errors import N_, ContainerGone, InvalidInput, RuntimeFailure, UploadIncomplete
+from hosts.engines import runtime_of
 from sandboxes import events, scripts
 from sandboxes.guard import acting_on, require_running
 from sandboxes.models import Sandbox
-from sandboxes.runtime import AGENT_PATH, ExecResult, runtime_of
+from sandboxes.runtime import AGENT_PATH, ExecResult
 from sandboxes.services import containers
 from sandboxes.services.files.inside import Fed, deadline_for, reader, run_inside, verdict
 from sandboxes.services.files.paths import workspace_path

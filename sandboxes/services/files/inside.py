@@ -19,9 +19,10 @@ from boxyard.errors import (
     RuntimeFailure,
     WorkspaceFull,
 )
+from hosts.engines import runtime_of
 from sandboxes import scripts
 from sandboxes.models import Sandbox
-from sandboxes.runtime import ExecResult, runtime_of
+from sandboxes.runtime import ExecResult
 from sandboxes.runtime.port import port_of
 from sandboxes.services import booting, containers
 

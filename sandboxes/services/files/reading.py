@@ -18,10 +18,11 @@ from typing import NoReturn
 from django.conf import settings
 
 from boxyard.errors import N_, Conflict, ContainerGone, InvalidInput, RuntimeFailure
+from hosts.engines import runtime_of
 from sandboxes import scripts
 from sandboxes.guard import require_running
 from sandboxes.models import Sandbox
-from sandboxes.runtime import ExecResult, agentfiles, runtime_of
+from sandboxes.runtime import ExecResult, agentfiles
 from sandboxes.scripts import sh
 from sandboxes.services import containers
 from sandboxes.services.files.inside import direct, reader, verdict

@@ -9,9 +9,9 @@ import os
 import pytest
 
 from boxyard.errors import Conflict, InvalidInput, LeaseBusy, NotFound
+from hosts.engines import get_runtime
 from sandboxes import services
 from sandboxes.models import Event
-from sandboxes.runtime import get_runtime
 from tests.conftest import CHAT
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db]

@@ -8,16 +8,10 @@ import pytest
 from django.db import connection
 
 from boxyard.errors import InvalidInput, NotFound, QuotaExceeded
+from hosts.engines import get_runtime
 from sandboxes import services
 from sandboxes.models import Event, Sandbox, State
-from sandboxes.runtime import (
-    LABEL_GENERATION,
-    LABEL_MANAGED,
-    LABEL_PIPELINE,
-    LABEL_SANDBOX,
-    agent,
-    get_runtime,
-)
+from sandboxes.runtime import LABEL_GENERATION, LABEL_MANAGED, LABEL_PIPELINE, LABEL_SANDBOX, agent
 from tests.conftest import CHAT, DEPLOYMENT
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db]
