@@ -56,7 +56,7 @@ def test_files_take_the_agents_socket_only_where_allowed(
 ) -> None:
     asked: list[str] = []
     engine = SimpleNamespace(agent_socket=lambda container: asked.append(container) or None)
-    monkeypatch.setattr(port, "get_runtime", lambda host: engine)
+    monkeypatch.setattr(port, "engine_at", lambda host: engine)
     settings.BOXYARD_AGENT_DIRECT = False
     off = port.port_of(Box())
     assert off.capabilities == port.Capabilities(direct_files=False)
