@@ -55,6 +55,7 @@ EVENTS = {
     "sandbox.error": gettext_lazy("Failed"),
     "sandbox.container_lost": gettext_lazy("Container lost"),
     "sandbox.health_failed": gettext_lazy("Health check failed"),
+    "sandbox.agent_migrated": gettext_lazy("Moved to the current agent"),
     "sandbox.reset": gettext_lazy("Reset"),
     "lease.acquired": gettext_lazy("Lease taken"),
     "lease.released": gettext_lazy("Lease released"),
