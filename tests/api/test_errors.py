@@ -15,7 +15,7 @@ from django.test import Client
 
 from pipelines.models import PipelineToken
 from sandboxes.models import Sandbox
-from sandboxes.runtime import LABEL_SANDBOX, set_runtime
+from sandboxes.runtime import LABEL_SANDBOX, agent, set_runtime
 from sandboxes.runtime.docker import DockerRuntime
 from tests.conftest import CHAT
 from tests.forwarding import Forwarder
@@ -374,6 +374,9 @@ def test_503_with_retry_after_when_the_engine_is_unreachable(
         ("put", f"/sandboxes/{sandbox_id}/files", {"path": "a.txt", "contents": "x"}),
         ("post", "/run", {"pipeline": "support", "language": "sh", "code": "true"}),
     ]
+    # The agent's channel rides the engine's attach stream: an engine that does not answer has
+    # none open (this process's, opened on the engine before, is let go as it would be).
+    agent.forget(Sandbox.objects.get(pk=sandbox_id).container_id)
     for method, path, body in calls:
         response = send(support.client, method, path, body)
         error = error_of(response, 503, "runtime_unavailable")
