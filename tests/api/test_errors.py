@@ -17,7 +17,7 @@ from pipelines.models import PipelineToken
 from sandboxes.models import Sandbox
 from sandboxes.runtime import LABEL_SANDBOX, agent, set_runtime
 from sandboxes.runtime.docker import DockerRuntime
-from tests.conftest import CHAT
+from tests.conftest import CHAT, wait_for
 from tests.forwarding import Forwarder
 
 pytestmark = pytest.mark.django_db
@@ -355,7 +355,13 @@ def test_413_for_a_body_over_the_upload_limit(support: Any, sandbox_id: str, set
 
 
 @pytest.fixture
-def unreachable_engine() -> Any:
+def unreachable_engine(sandbox_id: str) -> Any:
+    """Every host's engine swapped for one that does not answer, once the sandbox's agent
+    channel (opened in the background after its start) is open and let go: a channel rides its
+    engine's attach stream, so an engine that does not answer has none open."""
+    container = Sandbox.objects.get(pk=sandbox_id).container_id
+    wait_for(lambda: agent.is_open(container), 10, lambda: "the agent's channel never opened")
+    agent.forget(container)
     set_runtime(DockerRuntime(base_url="unix:///nonexistent/docker.sock"))
     yield
     set_runtime(None)
@@ -374,9 +380,6 @@ def test_503_with_retry_after_when_the_engine_is_unreachable(
         ("put", f"/sandboxes/{sandbox_id}/files", {"path": "a.txt", "contents": "x"}),
         ("post", "/run", {"pipeline": "support", "language": "sh", "code": "true"}),
     ]
-    # The agent's channel rides the engine's attach stream: an engine that does not answer has
-    # none open (this process's, opened on the engine before, is let go as it would be).
-    agent.forget(Sandbox.objects.get(pk=sandbox_id).container_id)
     for method, path, body in calls:
         response = send(support.client, method, path, body)
         error = error_of(response, 503, "runtime_unavailable")
