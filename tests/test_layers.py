@@ -23,7 +23,7 @@ FLOORS: dict[str, tuple[str, ...]] = {
         "config", "boxyard.web",
         "sandboxes.api", "sandboxes.operations", "sandboxes.schemas", "sandboxes.mcp",
         "sandboxes.views", "sandboxes.urls", "sandboxes.downloads", "sandboxes.templatetags",
-        "sandboxes.consumers",
+        "sandboxes.consumers", "sandboxes.e2b", "sandboxes.bay",
         "sandboxes.tasks", "sandboxes.admin", "sandboxes.apps", "sandboxes.management",
         "pipelines.api", "pipelines.tools", "pipelines.views", "pipelines.urls", "pipelines.forms",
         "pipelines.admin", "pipelines.apps", "pipelines.management",

@@ -1,0 +1,26 @@
+"""What both halves of the E2B-compatible API share: the control plane (`/e2b`) hands a sandbox's
+access token and its agent's version to the SDK, and the sandbox API (`/e2b/sandbox`) checks the
+token on every call.
+
+An E2B sandbox is a Boxyard sandbox; its id is the sandbox's id. The access token is derived
+from the server's secret and the id, so it needs no row, cannot be guessed from the id, and is
+the same in every web process."""
+
+import hashlib
+import hmac
+from uuid import UUID
+
+from django.conf import settings
+
+# The envd version the sandbox API speaks; the SDK turns features on and off by it.
+ENVD_VERSION = "0.4.0"
+
+
+def envd_token(sandbox_id: UUID | str) -> str:
+    """The secret that opens one sandbox's API (`X-Access-Token`)."""
+    message = f"boxyard.e2b.envd:{sandbox_id}".encode()
+    return hmac.new(settings.SECRET_KEY.encode(), message, hashlib.sha256).hexdigest()
+
+
+def envd_token_matches(sandbox_id: UUID | str, token: str | None) -> bool:
+    return bool(token) and hmac.compare_digest(envd_token(sandbox_id), token or "")
