@@ -27,7 +27,7 @@ def check_lifetime(pipeline: Pipeline, seconds: int, *, field: str = "seconds") 
     """Refuse (InvalidInput) a lifetime no run of the pipeline's sandboxes may have: before a
     sandbox is opened for it, so that nothing changes."""
     if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds < 1:
-        raise InvalidInput(field, N_("must be a whole number of seconds, at least 1"))
+        raise InvalidInput(field, N_("must be a positive whole number of seconds"))
     if seconds > pipeline.ttl_seconds:
         raise InvalidInput(
             field,
