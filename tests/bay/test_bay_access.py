@@ -7,8 +7,14 @@ from typing import Any
 import httpx
 import pytest
 from shipyard_neo import BayClient
-from shipyard_neo.errors import ConflictError, NotFoundError, UnauthorizedError
+from shipyard_neo.errors import (
+    ConflictError,
+    NotFoundError,
+    QuotaExceededError,
+    UnauthorizedError,
+)
 
+from pipelines.models import Pipeline
 from sandboxes import services
 from sandboxes.bay.models import IdempotentCall
 from sandboxes.models import Event, Sandbox
@@ -173,3 +179,17 @@ def test_a_pipeline_holds_a_bounded_number_of_keys(support: Bay, billing: Bay) -
     with http(billing) as client:
         other = client.post("/v1/sandboxes", json={}, headers={"Idempotency-Key": "k0"})
     assert other.status_code == 200
+
+
+def test_a_sandbox_past_the_pipelines_quota_is_the_sdks_quota_error(support: Bay) -> None:
+    Pipeline.objects.filter(pk=support.pipeline.pk).update(max_live_sandboxes=1)
+
+    async def work(client: BayClient) -> QuotaExceededError:
+        await client.create_sandbox()
+        with pytest.raises(QuotaExceededError) as refused:
+            await client.create_sandbox()
+        return refused.value
+
+    refused = support.run(work)
+    assert "max_live_sandboxes=1" in refused.message
+    assert Sandbox.objects.filter(pipeline=support.pipeline).count() == 1
