@@ -20,7 +20,7 @@ from typing import Any, Generic, TypeVar
 from django.core.serializers.json import DjangoJSONEncoder
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
-from boxyard.errors import N_, AgentTimeout, BoxyardError, problem
+from boxyard.errors import N_, AgentTimeout, BoxyardError, Problem, problem
 from boxyard.slots import Held
 from boxyard.threads import waiting
 
@@ -152,11 +152,16 @@ def _none() -> None:
 
 class Later(HttpResponse):
     """A JSON answer to come: `awaited` rendered to the body's dict, or its error as the API
-    renders errors."""
+    renders errors (or as `shape` renders them: a door with errors of its own shape)."""
 
-    def __init__(self, awaited: Awaited[dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        awaited: Awaited[dict[str, Any]],
+        shape: Callable[[BoxyardError], Problem] = problem,
+    ) -> None:
         super().__init__(content_type="application/json")
         self.awaited = awaited
+        self.shape = shape
 
     async def settle(self) -> None:
         """Wait for the answer on the event loop and fill this response in."""
@@ -178,7 +183,7 @@ class Later(HttpResponse):
             self._fail(error)
 
     def _fail(self, error: BoxyardError) -> None:
-        answer = problem(error)
+        answer = self.shape(error)
         self._fill(answer.status, answer.body, answer.headers)
 
     def _fill(self, status: int, body: dict[str, Any], headers: dict[str, str]) -> None:

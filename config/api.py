@@ -10,7 +10,7 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
 from ninja.security import APIKeyCookie, HttpBearer
 
-from boxyard.errors import BoxyardError, InvalidInput, problem
+from boxyard.errors import BoxyardError, InvalidInput, Problem, problem
 from pipelines.api import router as pipelines_router
 from sandboxes.api import router as sandboxes_router
 from sandboxes.operations import field_name, require_unicode
@@ -77,13 +77,17 @@ def error_response(request: HttpRequest, status: int, body: dict[str, Any]) -> H
     return api.create_response(request, {"error": body}, status=status)
 
 
-@api.exception_handler(BoxyardError)
-def on_boxyard_error(request: HttpRequest, error: BoxyardError) -> HttpResponse:
-    answer = problem(error)
-    response = api.create_response(request, answer.body, status=answer.status)
+def problem_response(served: NinjaAPI, request: HttpRequest, answer: Problem) -> HttpResponse:
+    """An error's answer as `served` (this API, or another door's) renders it."""
+    response = served.create_response(request, answer.body, status=answer.status)
     for name, value in answer.headers.items():
         response[name] = value
     return response
+
+
+@api.exception_handler(BoxyardError)
+def on_boxyard_error(request: HttpRequest, error: BoxyardError) -> HttpResponse:
+    return problem_response(api, request, problem(error))
 
 
 @api.exception_handler(ValidationError)

@@ -41,8 +41,8 @@ Receive = Callable[[], Awaitable[Mapping[str, Any]]]
 Send = Callable[[Mapping[str, Any]], Awaitable[None]]
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-# Routes whose body only a credential may send: the bot API and the MCP server.
-_CREDENTIAL_PREFIXES = ("/api/", "/mcp")
+# Routes whose body only a credential may send: the bot API, the MCP server, the Bay API.
+_CREDENTIAL_PREFIXES = ("/api/", "/mcp", "/bay/")
 _SESSION_COOKIE = b"sessionid"
 
 BODY_BYTES = Slots(

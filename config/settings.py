@@ -59,6 +59,7 @@ INSTALLED_APPS = [
     "hosts",
     "pipelines",
     "sandboxes",
+    "sandboxes.bay",
 ]
 
 MIDDLEWARE = [
@@ -368,6 +369,10 @@ BOXYARD_RUNNING_PER_CALLER = env_int("BOXYARD_RUNNING_PER_CALLER", 1, minimum=1)
 # Long calls (waiting for an exec, following its output, an MCP tool's progress) one pipeline
 # may have open at once; past it, 429 with Retry-After. They hold no thread while they wait.
 BOXYARD_LONG_CALLS_PER_PIPELINE = env_int("BOXYARD_LONG_CALLS_PER_PIPELINE", 64, minimum=1)
+# The Bay API's `Idempotency-Key`s: how long an answer is kept to be replayed, and how many
+# keys one pipeline may hold at once (past it, 429 until the oldest lapse).
+BOXYARD_BAY_IDEMPOTENCY_SECONDS = env_int("BOXYARD_BAY_IDEMPOTENCY_SECONDS", 3600, minimum=1)
+BOXYARD_BAY_IDEMPOTENCY_KEYS = env_int("BOXYARD_BAY_IDEMPOTENCY_KEYS", 1000, minimum=1)
 # The sandbox agent (built from agent/ by bin/setup), mounted read-only into new sandboxes.
 # It is required: without it no sandbox starts (503, saying to run bin/setup), and a sandbox
 # made without it, or with an older one, is restarted with it at its next use.

@@ -6,6 +6,7 @@ from django.urls import include, path
 from boxyard.web import StaffLoginForm
 from config.api import api
 from sandboxes.api.links import serve_link
+from sandboxes.bay.urls import bay
 from sandboxes.views import prometheus_metrics
 
 
@@ -19,6 +20,7 @@ admin.site.site_title = "Boxyard"
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
+    path("bay/", bay.urls),
     path("healthz", healthz),
     path("links/<str:token>", serve_link, name="file-link"),
     path("metrics", prometheus_metrics),

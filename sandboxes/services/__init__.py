@@ -43,8 +43,9 @@ from sandboxes.services.files import (
     write_file,
 )
 from sandboxes.services.leases import keep_alive, release_lease, renew_lease, takeover_lease
+from sandboxes.services.lifetimes import check_lifetime, lifetime_ceiling, set_lifetime
 from sandboxes.services.moving import Moved, move_all, move_all_later, move_later, move_sandbox
-from sandboxes.services.opening import Opened, boot, open_sandbox, restart_sandbox
+from sandboxes.services.opening import Opened, boot, open_sandbox, open_scope, restart_sandbox
 from sandboxes.services.processes import (
     follow_output,
     read_output,
@@ -71,6 +72,7 @@ __all__ = [
     "await_exec",
     "boot",
     "chat_sandbox",
+    "check_lifetime",
     "clean_link",
     "clean_mode",
     "clean_request",
@@ -90,6 +92,7 @@ __all__ = [
     "forget_session",
     "keep_alive",
     "kill_exec",
+    "lifetime_ceiling",
     "link_methods",
     "list_files",
     "list_sessions",
@@ -100,6 +103,7 @@ __all__ = [
     "open_archive",
     "open_file_stream",
     "open_sandbox",
+    "open_scope",
     "read_file",
     "read_output",
     "read_processes",
@@ -111,6 +115,7 @@ __all__ = [
     "restart_sandbox",
     "run_code",
     "run_exec",
+    "set_lifetime",
     "start_and_list_processes",
     "start_exec",
     "stat_file",

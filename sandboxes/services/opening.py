@@ -41,9 +41,27 @@ def open_sandbox(
     and a worker boots it. Raises InvalidInput (scope variables), QuotaExceeded,
     PoolExhausted, LeaseBusy, TakenOver, InvalidState and the runtime's errors.
     """
-    claimed = claiming.claim(
-        pipeline, scope.scope_of(pipeline.scope_template, variables), actor, holder
+    return open_scope(
+        pipeline,
+        scope.scope_of(pipeline.scope_template, variables),
+        actor,
+        holder,
+        background=background,
     )
+
+
+def open_scope(
+    pipeline: Pipeline,
+    scoped: scope.Scope,
+    actor: Actor,
+    holder: str | None = None,
+    *,
+    background: bool = False,
+) -> Opened:
+    """`open_sandbox` for a scope key the caller names itself rather than the pipeline's
+    template: a door whose clients name their sandboxes (the Bay API's cargos) or want one
+    of their own. The same claim, lease, quotas and readiness."""
+    claimed = claiming.claim(pipeline, scoped, actor, holder)
     chaos.point("create:row")
     sandbox = booting.ready(
         claimed.sandbox, actor, check_health=claimed.source != "cold", background=background

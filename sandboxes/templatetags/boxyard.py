@@ -57,6 +57,7 @@ EVENTS = {
     "sandbox.health_failed": gettext_lazy("Health check failed"),
     "sandbox.agent_migrated": gettext_lazy("Moved to the current agent"),
     "sandbox.reset": gettext_lazy("Reset"),
+    "sandbox.lifetime_set": gettext_lazy("Lifetime set"),
     "lease.acquired": gettext_lazy("Lease taken"),
     "lease.released": gettext_lazy("Lease released"),
     "lease.taken_over": gettext_lazy("Taken over"),
