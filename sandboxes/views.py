@@ -34,6 +34,7 @@ from sandboxes import fleet as fleet_view
 from sandboxes.charts import fleet_charts
 from sandboxes.downloads import archive_response, file_response
 from sandboxes.models import Sandbox, State, StopReason
+from sandboxes.schemas.files import written_out
 from sandboxes.services import pruning
 
 
@@ -295,16 +296,8 @@ def upload(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
         "path": written.path,
         "size": filesizeformat(written.size_bytes),
     }
-    return JsonResponse(
-        {
-            "ok": True,
-            "path": written.path,
-            "size_bytes": written.size_bytes,
-            "sha256": written.sha256,
-            "message": message,
-        },
-        status=201,
-    )
+    # What the API answers for a write, and the words the page shows the admin.
+    return JsonResponse({**written_out(written), "message": message}, status=201)
 
 
 @staff_required
