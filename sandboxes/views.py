@@ -46,7 +46,7 @@ def fleet(request: HttpRequest) -> HttpResponse:
     context = {
         "nav": "fleet",
         "filter": chosen,
-        "page": fleet_view.fleet_page(chosen),
+        "page": fleet_view.fleet_page(_admin(request), chosen),
         "counts": counts,
         "cards": fleet_view.fleet_cards(counts),
         "totals": metrics.snapshot()["overall"],
@@ -147,7 +147,7 @@ def sandbox_action(request: HttpRequest, sandbox_id: UUID, action: str) -> HttpR
 @require_GET
 def sessions(request: HttpRequest) -> HttpResponse:
     text = (request.GET.get("q") or "").strip()[:200]
-    found = list(dashboard.find_sessions(text)[:100])
+    found = list(dashboard.find_sessions(_admin(request), text)[:100])
     return render(
         request, "sandboxes/sessions.html", {"nav": "sessions", "q": text, "found": found}
     )
