@@ -194,6 +194,7 @@ def placing_variants(rng: random.Random, chosen: Counter[str]) -> dict[str, Vari
     from pipelines.models import Pipeline
     from sandboxes import fleet
     from sandboxes.models import Sandbox, State
+    from sandboxes.selectors import Principal
     from sandboxes.services.creating import create_row
     from sandboxes.services.placing import loads_of, place
 
@@ -228,13 +229,14 @@ def placing_variants(rng: random.Random, chosen: Counter[str]) -> dict[str, Vari
         return lambda: timed(operation)[0]
 
     default_view = fleet.FleetFilter.from_query({})
+    admin = Principal(Actor.admin("bench"), None)  # sees every sandbox, as a page does
     return {
         "place": decide,
         "create": lambda: create(False),
         "create kept": lambda: create(True),
         "loads": read(lambda: loads_of(host_ids)),
         "counts": read(lambda: fleet.fleet_cards(fleet.state_counts())),
-        "page": read(lambda: fleet.fleet_page(default_view).rows),
+        "page": read(lambda: fleet.fleet_page(admin, default_view).rows),
     }
 
 

@@ -177,6 +177,7 @@ class WriteResult:
     ok: bool
     path: str
     size_bytes: int
+    sha256: str = ""  # the bytes' SHA-256 in hex (empty from a server that does not say it)
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,11 @@ only; every change goes through `hosts.services`."""
 from dataclasses import dataclass
 from typing import Any
 
+from django.db.models import Count
+
 from hosts.models import DockerHost
-from sandboxes.models import Event
+from sandboxes import lifecycle
+from sandboxes.models import Event, Sandbox
 from sandboxes.services.placing import Load, loads_of
 
 EVENTS_SHOWN = 50
@@ -39,6 +42,7 @@ class HostRow:
 
     host: DockerHost
     load: Load
+    movable: int = 0  # its sandboxes the state table lets move now (a draining host's offer)
 
     @property
     def sandboxes(self) -> Use:
@@ -62,17 +66,35 @@ class HostRow:
 
 
 def host_rows() -> list[HostRow]:
-    """Every host with its load, by name (two queries, whatever the number of hosts)."""
-    hosts = list(DockerHost.objects.order_by("name"))
-    loads = loads_of([host.pk for host in hosts])
-    return [HostRow(host, loads.get(host.pk, Load(0, 0.0, 0))) for host in hosts]
+    """Every host with its load, by name (three queries, whatever the number of hosts)."""
+    return _rows(list(DockerHost.objects.order_by("name")))
 
 
 def host_row(name: str) -> HostRow | None:
     host = DockerHost.objects.filter(name=name).first()
-    if host is None:
-        return None
-    return HostRow(host, loads_of([host.pk]).get(host.pk, Load(0, 0.0, 0)))
+    return None if host is None else _rows([host])[0]
+
+
+def _rows(hosts: list[DockerHost]) -> list[HostRow]:
+    ids = [host.pk for host in hosts]
+    loads, movable = loads_of(ids), movable_of(ids)
+    return [
+        HostRow(host, loads.get(host.pk, Load(0, 0.0, 0)), movable.get(host.pk, 0))
+        for host in hosts
+    ]
+
+
+def movable_of(host_ids: list[int]) -> dict[int, int]:
+    """How many sandboxes of each host may be moved now, as the state table says (a stopped
+    one may; one being created, stopped or moved may not): one query."""
+    on_hosts = Sandbox.objects.filter(host__in=host_ids)
+    rows = (
+        lifecycle.allowing(on_hosts, lifecycle.BEGIN_MOVE)
+        .values("host")
+        .annotate(n=Count("pk"))
+        .order_by()
+    )
+    return {row["host"]: row["n"] for row in rows}
 
 
 def host_events(host: DockerHost) -> list[Event]:

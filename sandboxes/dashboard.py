@@ -229,10 +229,11 @@ def processes_state(admin: Principal, sandbox_id: UUID | str) -> list[tuple[Any,
     ]
 
 
-def find_sessions(text: str) -> QuerySet[Sandbox]:
-    """Sandboxes whose scope key or chat variables (launcher, sender, conversation...) hold
-    `text`, newest first: what did the bot do in this conversation?"""
-    sandboxes = Sandbox.objects.select_related("pipeline", "lease").order_by("-created_at")
+def find_sessions(admin: Principal, text: str) -> QuerySet[Sandbox]:
+    """The sandboxes `admin` may see whose scope key or chat variables (launcher, sender,
+    conversation...) hold `text`, newest first: what did the bot do in this conversation?"""
+    visible = visible_sandboxes(admin).select_related("pipeline", "lease")
+    sandboxes = visible.order_by("-created_at")
     if not text:
         return sandboxes.none()
     return sandboxes.filter(Q(scope_key__icontains=text) | Q(variables__icontains=text))

@@ -13,6 +13,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy
 
 from sandboxes.models import Exec, Sandbox, State
+from sandboxes.selectors import Principal, visible_sandboxes
 
 PAGE_SIZE = 50
 MAX_PAGE = 100_000
@@ -210,9 +211,10 @@ class FleetPage:
         return (self.number - 1) * PAGE_SIZE + len(self.rows)
 
 
-def fleet_page(chosen: FleetFilter) -> FleetPage:
-    """The page of sandboxes that the view chooses (the last one, if it asks past the end)."""
-    sandboxes = chosen.apply(Sandbox.objects.all())
+def fleet_page(admin: Principal, chosen: FleetFilter) -> FleetPage:
+    """The page of the sandboxes `admin` may see that the view chooses (the last one, if it
+    asks past the end)."""
+    sandboxes = chosen.apply(visible_sandboxes(admin))
     total = sandboxes.count()
     pages = max(1, -(-total // PAGE_SIZE))
     number = min(chosen.page, pages)

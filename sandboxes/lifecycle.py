@@ -36,7 +36,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, QuerySet
 from django.db.models.functions import Now
 
 from boxyard.actors import Actor
@@ -103,6 +103,13 @@ def allows(sandbox: Sandbox, transition: Transition) -> bool:
     """Whether the table lets `transition` start from the state of this copy of the row: what
     an entry point may offer. Only an offer: `move` decides again, on the row as it is then."""
     return sandbox.state in transition.sources
+
+
+def allowing(sandboxes: QuerySet[Sandbox], transition: Transition) -> QuerySet[Sandbox]:
+    """The rows of `sandboxes` whose state the table lets `transition` start from: `allows`
+    for many rows at once (what a page counts before it offers a bulk action, what the bulk
+    action then takes). Only an offer too: `move` decides again for each."""
+    return sandboxes.filter(state__in=transition.sources)
 
 
 def move(

@@ -17,7 +17,6 @@ __all__ = [
     "pipeline_for",
     "principal_for_token",
     "principal_for_user",
-    "running_sandbox_id",
     "sandbox_for",
     "sandboxes_for",
     "visible_sandboxes",
@@ -53,14 +52,15 @@ def find_sandbox(principal: Principal, sandbox_id: object) -> Sandbox | None:
 def sandbox_for(principal: Principal, sandbox_id: object) -> Sandbox:
     """The sandbox, if the principal may see it; its lease is read when first used."""
     pk = _parse_id(sandbox_id, N_("no sandbox %(id)r", id=sandbox_id))
+    visible = visible_sandboxes(principal)
+    # A bot's pipeline is already loaded with its token: no join needed.
+    pipeline = principal.pipeline
     try:
-        if principal.pipeline is None:
-            return Sandbox.objects.select_related("pipeline").get(pk=pk)
-        # A bot's pipeline is already loaded with its token: no join needed.
-        sandbox = Sandbox.objects.get(pk=pk, pipeline=principal.pipeline)
+        sandbox = (visible if pipeline else visible.select_related("pipeline")).get(pk=pk)
     except Sandbox.DoesNotExist:
         raise NotFound(N_("no sandbox %(id)s", id=sandbox_id)) from None
-    sandbox.pipeline = principal.pipeline
+    if pipeline is not None:
+        sandbox.pipeline = pipeline
     return sandbox
 
 
@@ -85,14 +85,6 @@ def sandboxes_for(
             raise InvalidInput("scope_key", N_("must not contain NUL characters"))
         queryset = queryset.filter(scope_key=scope_key)
     return list(queryset.order_by("-created_at")[:limit])
-
-
-def running_sandbox_id(principal: Principal, scope_key: str) -> UUID | None:
-    """The id of the scope key's sandbox if it runs now (one small query, for callers that
-    act on a chat's sandbox without knowing its id)."""
-    found = visible_sandboxes(principal).filter(scope_key=scope_key, state=State.RUNNING)
-    pk: UUID | None = found.values_list("pk", flat=True).first()
-    return pk
 
 
 def exec_for(principal: Principal, sandbox: Sandbox, exec_id: object) -> Exec:

@@ -34,6 +34,7 @@ from sandboxes import fleet as fleet_view
 from sandboxes.charts import fleet_charts
 from sandboxes.downloads import archive_response, file_response
 from sandboxes.models import Sandbox, State, StopReason
+from sandboxes.schemas.files import written_out
 from sandboxes.services import pruning
 
 
@@ -45,7 +46,7 @@ def fleet(request: HttpRequest) -> HttpResponse:
     context = {
         "nav": "fleet",
         "filter": chosen,
-        "page": fleet_view.fleet_page(chosen),
+        "page": fleet_view.fleet_page(_admin(request), chosen),
         "counts": counts,
         "cards": fleet_view.fleet_cards(counts),
         "totals": metrics.snapshot()["overall"],
@@ -146,7 +147,7 @@ def sandbox_action(request: HttpRequest, sandbox_id: UUID, action: str) -> HttpR
 @require_GET
 def sessions(request: HttpRequest) -> HttpResponse:
     text = (request.GET.get("q") or "").strip()[:200]
-    found = list(dashboard.find_sessions(text)[:100])
+    found = list(dashboard.find_sessions(_admin(request), text)[:100])
     return render(
         request, "sandboxes/sessions.html", {"nav": "sessions", "q": text, "found": found}
     )
@@ -295,16 +296,8 @@ def upload(request: HttpRequest, sandbox_id: UUID) -> HttpResponse:
         "path": written.path,
         "size": filesizeformat(written.size_bytes),
     }
-    return JsonResponse(
-        {
-            "ok": True,
-            "path": written.path,
-            "size_bytes": written.size_bytes,
-            "sha256": written.sha256,
-            "message": message,
-        },
-        status=201,
-    )
+    # What the API answers for a write, and the words the page shows the admin.
+    return JsonResponse({**written_out(written), "message": message}, status=201)
 
 
 @staff_required

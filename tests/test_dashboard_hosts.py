@@ -147,6 +147,38 @@ def test_drain_and_undrain_from_the_page_are_the_admins_events(admin_client, mak
     assert admin_client.get("/hosts/second/drain").status_code == 405
 
 
+@pytest.mark.django_db
+def test_a_draining_host_offers_to_move_only_the_sandboxes_that_can_move(
+    admin_client, make_pipeline
+) -> None:
+    """The offer counts what the state table lets move (`lifecycle.allowing`), not the host's
+    live sandboxes: one being created or stopped cannot move now, a stopped one can."""
+    pipeline = make_pipeline()
+    second = make_host("second", state=HostState.DRAINING)
+    put(pipeline, second, "new", State.CREATING)
+    put(pipeline, second, "ending", State.STOPPING)
+
+    def second_row() -> str:
+        return row(admin_client.get("/hosts/").content.decode(), "second")
+
+    shown = second_row()
+    assert "2 of 500" in shown  # both hold their room on the host...
+    assert "move-all" not in shown and "elsewhere" not in shown  # ...and neither can move now
+    host_page = admin_client.get("/hosts/second/").content.decode()
+    assert "move-all" not in host_page
+
+    put(pipeline, second, "resting", State.STOPPED)  # no room held, but it can move
+    put(pipeline, second, "busy", State.RUNNING)
+    shown = second_row()
+    assert 'action="/hosts/second/move-all"' in shown
+    assert ">Move 2 sandboxes elsewhere</button>" in shown
+    assert "Move the 2 sandboxes of second to other hosts?" in shown
+    assert (
+        ">Move 2 sandboxes elsewhere</button>"
+        in admin_client.get("/hosts/second/").content.decode()
+    )
+
+
 def host_form(**changes: Any) -> dict[str, Any]:
     form = {"url": "tcp://10.0.0.5:2376", "labels": "zone=eu\ngpu=1", "max_sandboxes": "20"}
     form.update(changes)

@@ -12,12 +12,15 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from boxyard.actors import Actor
 from hosts.models import DockerHost
 from sandboxes import live
 from sandboxes.fleet import PAGE_SIZE, SORTS, FleetFilter, fleet_page
 from sandboxes.models import Lease, Sandbox, State
+from sandboxes.selectors import Principal
 from tests.websockets import receive_until, websocket
 
+ADMIN = Principal(Actor.admin("alice"), None)  # sees every pipeline's sandboxes
 STATES = [State.RUNNING, State.STOPPED, State.DESTROYED, State.ERROR, State.CREATING]
 
 
@@ -73,7 +76,9 @@ def test_pages_hold_50_rows_in_the_order_asked_for(make_pipeline) -> None:
             rows = [
                 row.pk
                 for number in (1, 2, 3)
-                for row in fleet_page(FleetFilter(**{**chosen.__dict__, "page": number})).rows
+                for row in fleet_page(
+                    ADMIN, FleetFilter(**{**chosen.__dict__, "page": number})
+                ).rows
             ]
             assert len(rows) == len(set(rows)) == 120, column  # every row once, none twice
 
@@ -88,12 +93,12 @@ def test_pages_hold_50_rows_in_the_order_asked_for(make_pipeline) -> None:
             assert present == sorted(present, reverse=descending), (column, descending)
             # Empty values come last either way.
             assert shown[len(present) :] == [None] * (len(shown) - len(present)), column
-    page = fleet_page(FleetFilter(state="all", page=3))
+    page = fleet_page(ADMIN, FleetFilter(state="all", page=3))
     assert (page.number, page.pages, page.total, len(page.rows)) == (3, 3, 120, 20)
     assert (page.first_row, page.last_row) == (101, 120)
     assert page.next_query == "" and "page=2" in page.previous_query
     # Past the end: the last page.
-    assert fleet_page(FleetFilter(state="all", page=99)).number == 3
+    assert fleet_page(ADMIN, FleetFilter(state="all", page=99)).number == 3
 
 
 @pytest.mark.django_db

@@ -13,7 +13,7 @@ from sandboxes import services
 from sandboxes.api.common import CHANGES, Answered, answer, route
 from sandboxes.downloads import file_response
 from sandboxes.operations import Call, files
-from sandboxes.schemas.files import LinkIn
+from sandboxes.schemas.files import LinkIn, written_out
 
 router = Router(tags=["sandboxes"])
 
@@ -40,11 +40,7 @@ def serve_link(request: HttpRequest, token: str) -> HttpResponseBase:
             holder=used.holder,
             epoch=used.epoch,
         )
-        return JsonResponse(
-            {"ok": True, "path": written.path, "size_bytes": written.size_bytes,
-             "sha256": written.sha256},
-            status=201,
-        )  # fmt: skip
+        return JsonResponse(written_out(written), status=201)
     except BoxyardError as error:
         answer = problem(error)
         response: HttpResponse = JsonResponse(answer.body, status=answer.status)

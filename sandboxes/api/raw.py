@@ -17,8 +17,9 @@ from sandboxes.schemas.files import (
     ExtractOut,
     ExtractQuery,
     RawReadQuery,
-    RawWriteOut,
     RawWriteQuery,
+    WriteOut,
+    written_out,
 )
 from sandboxes.services.files import FORMATS
 
@@ -27,7 +28,7 @@ router = Router(tags=["sandboxes"])
 
 @router.put(
     "/sandboxes/{sandbox_id}/files/raw",
-    response=responds(RawWriteOut, UPLOADS, status=201),
+    response=responds(WriteOut, UPLOADS, status=201),
     summary="Upload a file as a byte stream",
     openapi_extra={
         "requestBody": {
@@ -52,15 +53,7 @@ def put_raw(
         holder=query.holder,
         epoch=query.epoch,
     )
-    return Status(
-        201,
-        {
-            "ok": True,
-            "path": written.path,
-            "size_bytes": written.size_bytes,
-            "sha256": written.sha256,
-        },
-    )
+    return Status(201, written_out(written))
 
 
 @router.api_operation(

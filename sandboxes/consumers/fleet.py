@@ -41,7 +41,7 @@ class FleetConsumer(DashboardConsumer):
             key: values[-1] for key, values in parse_qs(self.scope["query_string"].decode()).items()
         }
         self.filter = fleet.FleetFilter.from_query(query)
-        rows = fleet.fleet_page(self.filter).rows
+        rows = fleet.fleet_page(self.admin, self.filter).rows
         # The first page in the default order takes new sandboxes at its top; any other
         # page counts them and offers to show them (its rows would move under the reader).
         self.takes_new = self.filter.page == 1 and self.filter.default_order
@@ -98,7 +98,7 @@ class FleetConsumer(DashboardConsumer):
 
     def render_pager(self) -> str:
         """The pager again, once the page gained or lost a row (its count moved)."""
-        page = fleet.fleet_page(self.filter)
+        page = fleet.fleet_page(self.admin, self.filter)
         return self.render("sandboxes/_fleet_pager.html", {"page": page, "filter": self.filter})
 
     async def send_activity(self) -> None:

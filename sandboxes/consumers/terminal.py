@@ -152,7 +152,13 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         now = time.monotonic()
         if now - self.last_activity >= self.ACTIVITY_SECONDS:
             self.last_activity = now
-            await database_sync_to_async(terminal_service.typed)(self.sandbox_id)
+            await database_sync_to_async(self.typed)()
+
+    def typed(self) -> None:
+        """Typing is activity, on the sandbox as the selector finds it (gone: nothing)."""
+        sandbox = dashboard.fleet_row(self.admin, self.sandbox_id)
+        if sandbox is not None:
+            terminal_service.typed(sandbox)
 
     async def disconnect(self, code: int) -> None:
         if self.terminal is None:

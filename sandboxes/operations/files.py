@@ -18,6 +18,7 @@ from sandboxes.schemas.files import (
     WriteOut,
     list_out,
     read_out,
+    written_out,
 )
 
 FILES_PATH = "/sandboxes/{sandbox_id}/files"
@@ -105,7 +106,7 @@ WRITE = Operation[WriteIn, Any](
     input=WriteIn,
     output=WriteOut,
     service=_write,
-    present=lambda written: {"ok": True, "path": written.path, "size_bytes": written.size_bytes},
+    present=written_out,
     check=_write_checked,
     title="Write a file",
     description=(

@@ -72,23 +72,30 @@ class Input(Schema):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
+# The lease's fields, built here for every shape that takes them: who acts, the epoch it
+# holds, and why (a takeover, a reset).
+EPOCH = "Refused if the lease has moved on."
+
+
+def holder_field(description: str = "Defaults to the scope key.") -> Any:
+    """The holder a call acts as: at most 200 characters of a line, not only blank."""
+    return Field(None, max_length=200, pattern=HOLDER, description=description)
+
+
+def reason_field(default: str | None, description: str) -> Any:
+    """Why, for the event the call records: at most 200 characters of a line."""
+    return Field(default, max_length=200, pattern=LINE, description=description)
+
+
 class Fencing(Input):
     """Optional on every call that changes a sandbox: who acts, and the epoch it holds."""
 
-    holder: str | None = Field(
-        None, max_length=200, pattern=HOLDER, description="Defaults to the scope key."
-    )
-    epoch: Annotated[int, Field(ge=0, le=COUNT_MAX), WHOLE] | None = Field(
-        None, description="Refused if the lease has moved on."
-    )
+    holder: str | None = holder_field()
+    epoch: Annotated[int, Field(ge=0, le=COUNT_MAX), WHOLE] | None = Field(None, description=EPOCH)
 
 
 class FencingQuery(Schema):
     """`Fencing` for calls that take it in the query (a DELETE, an upload's body is bytes)."""
 
-    holder: str | None = Field(
-        None, max_length=200, pattern=HOLDER, description="Defaults to the scope key."
-    )
-    epoch: int | None = Field(
-        None, ge=0, le=COUNT_MAX, description="Refused if the lease has moved on."
-    )
+    holder: str | None = holder_field()
+    epoch: int | None = Field(None, ge=0, le=COUNT_MAX, description=EPOCH)

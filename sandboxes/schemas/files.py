@@ -19,7 +19,7 @@ from sandboxes.schemas.common import (
     present,
     together,
 )
-from sandboxes.services.files import FileContent, FileEntry
+from sandboxes.services.files import FileContent, FileEntry, Written
 
 PATH = "File path, relative to /workspace."
 # What the archive calls take (`services.files.FORMATS`).
@@ -55,9 +55,12 @@ class WriteIn(Fencing):
 
 
 class WriteOut(Schema):
+    """A file written, however it came (JSON, a byte stream, a link, the dashboard)."""
+
     ok: bool
     path: str
     size_bytes: int
+    sha256: str = Field(description="The SHA-256 of the bytes written, in hex.")
 
 
 class ReadOut(Schema):
@@ -118,13 +121,6 @@ class RawWriteQuery(FencingQuery):
     overwrite: bool = True
 
 
-class RawWriteOut(Schema):
-    ok: bool
-    path: str
-    size_bytes: int
-    sha256: str
-
-
 class RawReadQuery(Schema):
     path: str = path_field()
 
@@ -165,6 +161,16 @@ class LinkOut(Schema):
     path: str
     method: str
     expires_at: datetime
+
+
+def written_out(written: Written) -> dict[str, Any]:
+    """The one presenter of a file written, for every door that writes one."""
+    return {
+        "ok": True,
+        "path": written.path,
+        "size_bytes": written.size_bytes,
+        "sha256": written.sha256,
+    }
 
 
 def read_out(path: str, content: FileContent) -> dict[str, Any]:

@@ -9,7 +9,14 @@ from ninja import Field, Schema
 from pydantic import StrictStr
 
 from sandboxes.models import Lease, Sandbox
-from sandboxes.schemas.common import HOLDER, LINE, Fencing, FencingQuery, Input, Integer
+from sandboxes.schemas.common import (
+    Fencing,
+    FencingQuery,
+    Input,
+    Integer,
+    holder_field,
+    reason_field,
+)
 from sandboxes.services import ResetResult, WorkspaceUsage
 
 VariableValue = StrictStr | Integer
@@ -60,7 +67,9 @@ class OpenIn(Input):
         "query_id, user_id, task_id, workflow_run_id, session_key); the pipeline's scope "
         "template decides which are needed.",
     )
-    holder: str | None = Field(None, max_length=200, pattern=HOLDER)
+    holder: str | None = holder_field(
+        "Who takes or shares the sandbox's lease; defaults to the scope key."
+    )
     background: bool = Field(
         False,
         alias="async",
@@ -87,9 +96,7 @@ class KeepAliveOut(Schema):
 
 
 class ResetIn(Fencing):
-    reason: str | None = Field(
-        None, max_length=200, pattern=LINE, description="Why, for the event it records."
-    )
+    reason: str | None = reason_field(None, "Why, for the event it records.")
 
 
 class ResetOut(Schema):
@@ -110,8 +117,8 @@ class CloseQuery(FencingQuery):
 
 
 class TakeoverIn(Input):
-    holder: str | None = Field(None, max_length=200, pattern=HOLDER)
-    reason: str = Field("", max_length=200, pattern=LINE)
+    holder: str | None = holder_field("Who takes the lease; defaults to the caller.")
+    reason: str = reason_field("", "Why, for the event it records.")
 
 
 def lease_out(lease: Lease) -> dict[str, Any]:

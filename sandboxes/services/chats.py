@@ -15,7 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from boxyard.actors import Actor
-from boxyard.errors import InvalidInput, NotFound
+from boxyard.errors import N_, InvalidInput, NotFound
 from pipelines import scope
 from pipelines.models import Pipeline
 from sandboxes.models import Sandbox, SessionSandbox, State
@@ -48,8 +48,10 @@ def chat_sandbox(
         if session is None:
             raise InvalidInput(
                 "sandbox_id",
-                "this pipeline's sandbox scope gives every open a sandbox of its own: call "
-                "sandbox_open and pass the sandbox_id it returns",
+                N_(
+                    "this pipeline's sandbox scope gives every open a sandbox of its own: "
+                    "call sandbox_open and pass the sandbox_id it returns"
+                ),
             )
     else:
         key = scope.resolve(pipeline.scope_template, variables)
@@ -61,7 +63,9 @@ def chat_sandbox(
         if running is not None:
             return str(running)
     if not open_it:
-        raise NotFound("this chat has no open sandbox: run a command or call sandbox_open first")
+        raise NotFound(
+            N_("this chat has no open sandbox: run a command or call sandbox_open first")
+        )
     opened = open_sandbox(pipeline, variables, actor)
     sandbox_id = str(opened.sandbox.pk)
     if session is not None:

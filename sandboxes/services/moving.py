@@ -110,7 +110,7 @@ def move_all_later(host: DockerHost, actor: Actor) -> int:
         raise InvalidState(
             N_("drain the Docker host %(host)s before moving all its sandboxes", host=host.name)
         )
-    count = Sandbox.objects.filter(host=host, state__in=lifecycle.BEGIN_MOVE.sources).count()
+    count = lifecycle.allowing(Sandbox.objects.filter(host=host), lifecycle.BEGIN_MOVE).count()
     later(MOVE_ALL, host.pk, str(actor), host=host.pk)
     return count
 
@@ -123,9 +123,8 @@ def move_all(host: DockerHost, actor: Actor) -> list[Moved]:
             N_("drain the Docker host %(host)s before moving all its sandboxes", host=host.name)
         )
     moved = []
-    for sandbox in Sandbox.objects.select_related("pipeline", "host").filter(
-        host=host, state__in=lifecycle.BEGIN_MOVE.sources
-    ):
+    on_host = Sandbox.objects.select_related("pipeline", "host").filter(host=host)
+    for sandbox in lifecycle.allowing(on_host, lifecycle.BEGIN_MOVE):
         try:
             moved.append(move_sandbox(sandbox, None, actor))
         except (NoRoom, InvalidState) as error:

@@ -6,8 +6,6 @@ of the admin: an exec row in the sandbox's history, open while the terminal is, 
 the end of its transcript; opening and closing it are events; typing in it is activity.
 """
 
-from uuid import UUID
-
 from django.db import transaction
 from django.utils import timezone
 
@@ -87,10 +85,10 @@ def close_terminal(
         events.record(actor, "terminal.closed", sandbox=sandbox, exec=str(record.pk), reason=reason)
 
 
-def typed(sandbox_id: UUID | str) -> None:
-    """Typing in a terminal is activity (stamped at most about once a second)."""
-    sandbox = Sandbox.objects.select_related("pipeline").filter(pk=sandbox_id).first()
-    if sandbox is not None and sandbox.state == State.RUNNING:
+def typed(sandbox: Sandbox) -> None:
+    """Typing in a terminal of `sandbox` (as the caller's selector found it) is activity,
+    stamped at most about once a second."""
+    if sandbox.state == State.RUNNING:
         sandbox.record_activity()
 
 

@@ -5,6 +5,7 @@ image, removed after each test by `docker_engine`.
 """
 
 import asyncio
+import hashlib
 import uuid
 from typing import Any
 
@@ -43,6 +44,7 @@ def test_a_chat_keeps_its_sandbox_from_one_message_to_the_next(server: str, supp
 
         written = bot.write_file(box.sandbox_id, "hello.sh", "echo hello $1\n")
         assert (written.path, written.size_bytes) == ("/workspace/hello.sh", 14)
+        assert written.sha256 == hashlib.sha256(b"echo hello $1\n").hexdigest()
         result = bot.exec(box.sandbox_id, "sh hello.sh world")
         assert result.ok, result
         assert (result.stdout, result.stderr) == ("hello world\n", "")

@@ -8,6 +8,7 @@ the REST API is the witness of what the tools did.
 """
 
 import base64
+import hashlib
 import json
 import random
 import time
@@ -337,6 +338,7 @@ def test_commands_and_files_through_mcp_answer_as_their_schemas_say(
     assert answer("argv", "sandbox_exec")["stdout"] == "a b c\n"
     assert answer("text", "sandbox_fs_write") == {
         "ok": True, "path": "/workspace/docs/héllo.txt", "size_bytes": len("héllo\n".encode()),
+        "sha256": hashlib.sha256("héllo\n".encode()).hexdigest(),
     }  # fmt: skip
     assert answer("binary", "sandbox_fs_write")["size_bytes"] == len(blob)
     text = answer("read_text", "sandbox_fs_read")

@@ -7,7 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.utils import timezone
+from django.utils import timezone, translation
 
 from boxyard.errors import InvalidInput, NotFound
 from sandboxes import services
@@ -133,3 +133,24 @@ def test_a_sessions_row_goes_with_its_sandbox(
     opened = services.chat_sandbox(per_message, {}, bot, session="mcp:one")
     Sandbox.objects.filter(pk=opened).delete()
     assert not SessionSandbox.objects.exists()
+
+
+def test_the_chats_refusals_are_english_for_a_program_and_translated_for_a_person(
+    pipeline: Any, per_message: Any, bot: Any, fake_runtime: Any
+) -> None:
+    with pytest.raises(InvalidInput) as generated:
+        services.chat_sandbox(per_message, {}, bot)
+    with pytest.raises(NotFound) as missing:
+        services.chat_sandbox(pipeline, CHAT, bot, open_it=False)
+    assert generated.value.message == (
+        "sandbox_id: this pipeline's sandbox scope gives every open a sandbox of its own: call "
+        "sandbox_open and pass the sandbox_id it returns"
+    )
+    assert missing.value.message == (
+        "this chat has no open sandbox: run a command or call sandbox_open first"
+    )
+    with translation.override("fr"):
+        assert generated.value.localized().startswith(
+            "sandbox_id: la portée de bac à sable de ce pipeline donne à chaque ouverture"
+        )
+        assert missing.value.localized().startswith("cette conversation n'a aucun bac à sable")
