@@ -412,8 +412,8 @@ class Bench:
         def raw(cmd: list[str], container: str = raw_container) -> int:
             return self.raw.exec_run(container, cmd)
 
-        def boxyard(cmd: object, **how: bool) -> int | None:
-            request = services.clean_request(sandbox, cmd=cmd, **how)
+        def boxyard(cmd: list[str] | str, *, one_shot: bool = False) -> int | None:
+            request = services.clean_request(sandbox, cmd=cmd, one_shot=one_shot)
             return services.run_exec(sandbox, request, self.actor).exit_code
 
         operations: dict[str, Callable[[], int | None]] = {

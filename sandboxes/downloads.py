@@ -27,7 +27,7 @@ _POLICY = "sandbox; default-src 'none'"
 
 
 def file_response(
-    request: HttpRequest, sandbox: Sandbox, path: object, *, activity: bool = True
+    request: HttpRequest, sandbox: Sandbox, path: str, *, activity: bool = True
 ) -> HttpResponseBase:
     """GET or HEAD of the file at `path`; `activity`: the read is the sandbox's activity (a
     signed link's is not)."""

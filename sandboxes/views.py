@@ -261,7 +261,8 @@ def archive(request: HttpRequest, sandbox_id: UUID) -> HttpResponseBase:
     """A directory of the sandbox as a zip, made as it is sent."""
     sandbox = _sandbox(request, sandbox_id)
     try:
-        return archive_response(services.open_archive(sandbox, request.GET.get("path"), "zip"))
+        path = request.GET.get("path") or "/workspace"
+        return archive_response(services.open_archive(sandbox, path, "zip"))
     except BoxyardError as error:
         context = {"nav": "fleet", "sandbox": sandbox, "error": error.localized()}
         return render(request, "sandboxes/file_error.html", context, status=problem(error).status)

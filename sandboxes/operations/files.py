@@ -74,7 +74,7 @@ def _delete(context: Context, call: Call[DeleteQuery]) -> str:
 
 
 def _link_checked(pipeline: Pipeline, body: LinkIn) -> None:
-    services.clean_link(body.path, body.method, body.expires_in_seconds)
+    services.clean_link(body.path, body.expires_in_seconds)
 
 
 def _link(context: Context, call: Call[LinkIn]) -> tuple[Any, str]:

@@ -3,7 +3,7 @@ presenters that turn the services' answers into them."""
 
 import base64
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from django.conf import settings
 from ninja import Field, Schema
@@ -19,11 +19,15 @@ from sandboxes.schemas.common import (
     present,
     together,
 )
-from sandboxes.services.files import FileContent, FileEntry, Written
+from sandboxes.services.files import (
+    ArchiveFormat,
+    FileContent,
+    FileEntry,
+    LinkMethod,
+    Written,
+)
 
 PATH = "File path, relative to /workspace."
-# What the archive calls take (`services.files.FORMATS`).
-ArchiveFormat = Literal["tar", "tar.gz", "zip"]
 
 
 def path_field(default: Any = ..., description: str = PATH) -> Any:
@@ -144,7 +148,7 @@ class ExtractOut(Schema):
 
 class LinkIn(Fencing):
     path: str = path_field()
-    method: Literal["GET", "PUT"] = Field(
+    method: LinkMethod = Field(
         "GET", description="GET: a download link (the default); PUT: an upload."
     )
     expires_in_seconds: (

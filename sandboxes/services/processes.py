@@ -165,19 +165,16 @@ def _not_running(name: str, info: dict[str, Any]) -> InvalidInput:
     )
 
 
-def stdin_bytes(text: object, data_b64: object, *, eof: bool) -> bytes:
-    """What to write, given as text or as base64; nothing at all only with `eof`."""
+def stdin_bytes(text: str | None, data_b64: str | None, *, eof: bool) -> bytes:
+    """What to write, given as text or as base64 (one of them); nothing at all only with
+    `eof`."""
     if (text is None) == (data_b64 is None) and not eof:
         raise InvalidInput("text", N_("give text or data_b64 (or eof)"))
     if data_b64 is not None:
-        if not isinstance(data_b64, str):
-            raise InvalidInput("data_b64", N_("must be a base64 string"))
         try:
             return base64.b64decode(data_b64, validate=True)
         except ValueError:
             raise InvalidInput("data_b64", N_("is not valid base64")) from None
-    if text is not None and not isinstance(text, str):
-        raise InvalidInput("text", N_("must be a string"))
     return (text or "").encode()
 
 

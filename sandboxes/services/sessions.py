@@ -4,6 +4,7 @@ A session's live state is the agent's (in the sandbox); its row records how it w
 so the session can be brought back if the container is recreated.
 """
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -23,11 +24,11 @@ MAX_SESSIONS = 32
 
 def create_session(
     sandbox: Sandbox,
-    name: object,
+    name: str,
     actor: Actor,
     *,
-    cwd: object = None,
-    env: object = None,
+    cwd: str | None = None,
+    env: Mapping[str, str] | None = None,
     holder: str | None = None,
     epoch: int | None = None,
 ) -> dict[str, Any]:
@@ -113,7 +114,7 @@ def _render(
 
 def delete_session(
     sandbox: Sandbox,
-    name: object,
+    name: str,
     actor: Actor,
     *,
     holder: str | None = None,

@@ -116,12 +116,10 @@ def _end(
     )
 
 
-def _size(cols: object, rows: object) -> tuple[int, int]:
-    def clamp(value: object, default: int) -> int:
-        return (
-            max(1, min(MAX_SIZE, value))
-            if isinstance(value, int) and not isinstance(value, bool)
-            else default
-        )
+def _size(cols: int | None, rows: int | None) -> tuple[int, int]:
+    """A terminal's size within 1 to MAX_SIZE, whatever the browser asked (None: the default)."""
+
+    def clamp(value: int | None, default: int) -> int:
+        return default if value is None else max(1, min(MAX_SIZE, value))
 
     return clamp(cols, 100), clamp(rows, 30)

@@ -2,10 +2,10 @@
 for its end, killing it. While its sandbox runs, the agent knows it; after, its record does."""
 
 from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from boxyard.actors import Actor
-from boxyard.errors import N_, BoxyardError, InvalidInput, NotFound
+from boxyard.errors import N_, BoxyardError, NotFound
 from boxyard.later import Awaited, Get
 from boxyard.threads import release_connection
 from sandboxes.guard import acting_on
@@ -65,17 +65,17 @@ def _not_stored(record: Exec) -> int:
     return sum(max(0, size - len(text.encode("utf-8", "surrogatepass"))) for size, text in held)
 
 
-def exec_output_bytes(record: Exec, stream: object = "stdout") -> Iterator[bytes]:
+def exec_output_bytes(
+    record: Exec, stream: Literal["stdout", "stderr"] = "stdout"
+) -> Iterator[bytes]:
     """All of one stream of an exec's output that is kept (the agent keeps up to
     BOXYARD_EXEC_KEEP_BYTES, far beyond what an answer carries), as bytes, a page of about
     1 MiB at a time; for a running exec, what it has written so far."""
-    if stream not in ("stdout", "stderr"):
-        raise InvalidInput("stream", N_("must be stdout or stderr"))
     agent = _live_agent(record)
     if agent is None:
         stored = record.stdout if stream == "stdout" else record.stderr
         return iter([stored.encode("utf-8", errors="surrogatepass")] if stored else [])
-    return _pages(agent, record, str(stream))
+    return _pages(agent, record, stream)
 
 
 def _pages(agent: SandboxPort, record: Exec, stream: str) -> Iterator[bytes]:

@@ -1,9 +1,15 @@
 """An exec request as the caller sent it, checked against its pipeline before anything runs:
 the command (an argv list or a shell string), its cwd, environment, session, timeout and
-whether it runs in the background or fresh. Each refusal names the field."""
+whether it runs in the background or fresh. Each refusal names the field.
+
+The shapes (a list of strings, a number, a flag) are the entry point's to parse (`ExecIn`);
+what is checked here are the rules every caller needs: a command that is not empty and not
+past its size, paths and variables the kernel takes, a session's name, the pipeline's
+timeout ceiling."""
 
 import posixpath
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from django.conf import settings
@@ -42,12 +48,12 @@ class ExecRequest:
 def clean_request(
     target: Sandbox | Pipeline,
     *,
-    cmd: object,
-    cwd: object = None,
-    env: object = None,
-    session: object = None,
-    timeout_seconds: object = None,
-    background: object = False,
+    cmd: Sequence[str] | str,
+    cwd: str | None = None,
+    env: Mapping[str, str] | None = None,
+    session: str | None = None,
+    timeout_seconds: int | None = None,
+    background: bool = False,
     one_shot: bool = False,
 ) -> ExecRequest:
     """Check an exec request against the pipeline (or the sandbox's pipeline) it is for."""
@@ -58,14 +64,12 @@ def clean_request(
         if not cmd.strip():
             raise InvalidInput("cmd", N_("must not be empty"))
         shell = cmd
-    elif isinstance(cmd, list):
-        if not cmd or not all(isinstance(arg, str) for arg in cmd):
+    else:
+        if not cmd:
             raise InvalidInput("cmd", N_("must be a non-empty list of strings, or a shell string"))
         if not cmd[0]:
             raise InvalidInput("cmd", N_("the program name (cmd[0]) must not be empty"))
         argv = list(cmd)
-    else:
-        raise InvalidInput("cmd", N_("must be a list of strings (argv) or a shell string"))
     parts = [shell] if shell is not None else argv or []
     if any("\x00" in part for part in parts):
         raise InvalidInput("cmd", N_("must not contain NUL characters"))
@@ -86,40 +90,43 @@ def clean_request(
         cwd=clean_cwd(cwd),
         env=clean_env(env),
         session=clean_session_name(session),
-        timeout_seconds=_clean_timeout(pipeline, timeout_seconds, bool(background)),
-        background=_clean_flag(background, "background"),
+        timeout_seconds=_clean_timeout(pipeline, timeout_seconds, background),
+        background=background,
         one_shot=one_shot,
         pipeline_env=dict(pipeline.env or {}),
     )
 
 
-def clean_cwd(cwd: object) -> str | None:
+def clean_cwd(cwd: str | None) -> str | None:
+    """The absolute directory for `cwd` (None: the session's own)."""
     if cwd is None or cwd == "":
         return None
-    if isinstance(cwd, str) and "\x00" not in cwd and len(cwd) <= 4096:
+    if "\x00" not in cwd and len(cwd) <= 4096:
         return posixpath.normpath(posixpath.join(WORKSPACE, cwd))
     raise InvalidInput("cwd", N_("must be a path (absolute, or relative to /workspace)"))
 
 
-def clean_env(env: object) -> dict[str, str]:
+def clean_env(env: Mapping[str, str] | None) -> dict[str, str]:
+    """Variables a shell can hold: at most MAX_ENV_VARS, each a name and a value without NUL."""
     if env is None:
         return {}
-    if not isinstance(env, dict) or len(env) > MAX_ENV_VARS:
+    if len(env) > MAX_ENV_VARS:
         raise InvalidInput(
             "env", N_("must be an object of at most %(count)s variables", count=MAX_ENV_VARS)
         )
     for name, value in env.items():
-        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+        if not _ENV_NAME.fullmatch(name):
             raise InvalidInput("env", N_("%(name)r is not a valid variable name", name=name))
-        if not isinstance(value, str) or "\x00" in value:
+        if "\x00" in value:
             raise InvalidInput(f"env.{name}", N_("must be a string without NUL characters"))
     return dict(env)
 
 
-def clean_session_name(session: object) -> str:
+def clean_session_name(session: str | None) -> str:
+    """A session's name ("default" when none is given)."""
     if session is None or session == "":
         return "default"
-    if not isinstance(session, str) or not _SESSION_NAME.fullmatch(session):
+    if not _SESSION_NAME.fullmatch(session):
         raise InvalidInput(
             "session",
             N_("must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"),
@@ -127,19 +134,11 @@ def clean_session_name(session: object) -> str:
     return session
 
 
-def _clean_flag(value: object, name: str) -> bool:
-    if not isinstance(value, bool):
-        raise InvalidInput(name, N_("must be true or false"))
-    return value
-
-
-def _clean_timeout(pipeline: Pipeline, timeout_seconds: object, background: bool) -> int | None:
+def _clean_timeout(pipeline: Pipeline, timeout_seconds: int | None, background: bool) -> int | None:
     ceiling = settings.BOXYARD_MAX_EXEC_TIMEOUT
     if timeout_seconds is None:
         # A background command runs until it ends or is killed; a foreground one is bounded.
         return None if background else pipeline.exec_timeout_seconds
-    if isinstance(timeout_seconds, bool) or not isinstance(timeout_seconds, (int, float)):
-        raise InvalidInput("timeout_seconds", N_("must be a number of seconds"))
     if not 1 <= timeout_seconds <= ceiling:
         raise InvalidInput("timeout_seconds", N_("must be between 1 and %(most)s", most=ceiling))
-    return int(timeout_seconds)
+    return timeout_seconds

@@ -10,6 +10,7 @@ extracted into one; `links`: signed links to one file.
 from sandboxes.services.files.archives import (
     FORMATS,
     Archive,
+    ArchiveFormat,
     Extracted,
     extract_archive,
     open_archive,
@@ -17,6 +18,7 @@ from sandboxes.services.files.archives import (
 from sandboxes.services.files.contents import decode_contents, decoded_contents
 from sandboxes.services.files.links import (
     Link,
+    LinkMethod,
     UsedLink,
     clean_link,
     create_link,
@@ -41,12 +43,14 @@ __all__ = [
     "NAME_MAX",
     "PATH_MAX",
     "Archive",
+    "ArchiveFormat",
     "Extracted",
     "FileContent",
     "FileEntry",
     "FileInfo",
     "FileStream",
     "Link",
+    "LinkMethod",
     "UsedLink",
     "Written",
     "clean_link",

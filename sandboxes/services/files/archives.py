@@ -16,7 +16,7 @@ import json
 import posixpath
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from django.conf import settings
 from django.db import transaction
@@ -28,13 +28,15 @@ from sandboxes import events, scripts
 from sandboxes.guard import acting_on, require_running
 from sandboxes.models import Sandbox
 from sandboxes.runtime import AGENT_PATH, ExecResult
+from sandboxes.scripts import WORKSPACE
 from sandboxes.services import containers
 from sandboxes.services.files.inside import Fed, deadline_for, reader, run_inside, verdict
 from sandboxes.services.files.paths import workspace_path
 from sandboxes.services.files.reading import FileStream
 
+ArchiveFormat = Literal["tar", "tar.gz", "zip"]
 # format: (content type, file name suffix)
-FORMATS = {
+FORMATS: dict[ArchiveFormat, tuple[str, str]] = {
     "tar": ("application/x-tar", ".tar"),
     "tar.gz": ("application/gzip", ".tar.gz"),
     "zip": ("application/zip", ".zip"),
@@ -57,23 +59,16 @@ class Extracted:
     size_bytes: int
 
 
-def clean_format(value: object) -> str:
-    if value is None or value == "":
-        return "tar.gz"
-    if not isinstance(value, str) or value not in FORMATS:
-        raise InvalidInput("format", N_("must be one of %(choices)s", choices=", ".join(FORMATS)))
-    return value
-
-
-def open_archive(sandbox: Sandbox, path: object, format: object = None) -> Archive:
+def open_archive(
+    sandbox: Sandbox, path: str = WORKSPACE, format: ArchiveFormat = "tar.gz"
+) -> Archive:
     """A directory as an archive, streamed from the sandbox as it is made."""
-    target = workspace_path(path or "/workspace")
-    kind = clean_format(format)
+    target = workspace_path(path)
     require_running(sandbox, N_("read files"))
     sandbox.record_activity()
     try:
         stream = runtime_of(sandbox).exec_stream(
-            sandbox.container_id, [AGENT_PATH, "archive", target, kind]
+            sandbox.container_id, [AGENT_PATH, "archive", target, format]
         )
     except ContainerGone as error:
         raise containers.gone(sandbox, error, reader(sandbox)) from error
@@ -93,24 +88,23 @@ def open_archive(sandbox: Sandbox, path: object, format: object = None) -> Archi
             )
         )
     name = posixpath.basename(target) or "workspace"
-    content_type, suffix = FORMATS[kind]
+    content_type, suffix = FORMATS[format]
     return Archive(name + suffix, content_type, FileStream(first, chunks, stream.close))
 
 
 def extract_archive(
     sandbox: Sandbox,
-    path: object,
+    path: str,
     data: Iterable[bytes],
     actor: Actor,
     *,
     size: int,
-    format: object = None,
+    format: ArchiveFormat = "tar.gz",
     holder: str | None = None,
     epoch: int | None = None,
 ) -> Extracted:
     """Extract an archive of `size` bytes into the directory `path` (made if missing)."""
-    target = workspace_path(path or "/workspace")
-    kind = clean_format(format)
+    target = workspace_path(path)
     with acting_on(
         sandbox, actor, N_("change files"), holder=holder, epoch=epoch, activity=True
     ) as acting:
@@ -122,7 +116,7 @@ def extract_archive(
         AGENT_PATH,
         "extract",
         target,
-        kind,
+        format,
         str(settings.BOXYARD_ARCHIVE_MAX_ENTRIES),
         str(most_bytes),
     ]
@@ -148,7 +142,7 @@ def extract_archive(
             "files.extracted",
             sandbox=sandbox,
             path=target,
-            format=kind,
+            format=format,
             entries=extracted.entries,
             size=extracted.size_bytes,
         )

@@ -1,4 +1,5 @@
-"""A file's contents as the JSON calls carry them: text, or base64 for binary."""
+"""A file's contents as the JSON calls carry them: text, or base64 for binary (one of them:
+a body is parsed by its schema, which cannot say "not both")."""
 
 import base64
 import binascii
@@ -7,20 +8,16 @@ from collections.abc import Iterable, Iterator
 from boxyard.errors import N_, InvalidInput
 
 
-def decode_contents(contents: object, contents_b64: object) -> bytes:
+def decode_contents(contents: str | None, contents_b64: str | None) -> bytes:
     if contents is not None and contents_b64 is not None:
         raise InvalidInput("contents", N_("give contents or contents_b64, not both"))
     if contents_b64 is not None:
-        if not isinstance(contents_b64, str):
-            raise InvalidInput("contents_b64", N_("must be a base64 string"))
         try:
             return base64.b64decode(contents_b64, validate=True)
         except (binascii.Error, ValueError):
             raise InvalidInput("contents_b64", N_("is not valid base64")) from None
     if contents is None:
         return b""
-    if not isinstance(contents, str):
-        raise InvalidInput("contents", N_("must be a string"))
     return contents.encode("utf-8", errors="surrogatepass")
 
 
@@ -29,10 +26,10 @@ def decode_contents(contents: object, contents_b64: object) -> bytes:
 _B64_SLICE = 1024 * 1024
 
 
-def decoded_contents(contents: object, contents_b64: object) -> tuple[int, Iterable[bytes]]:
+def decoded_contents(contents: str | None, contents_b64: str | None) -> tuple[int, Iterable[bytes]]:
     """What decode_contents gives, as (size, chunks) decoded as they are written; bad input
     is refused here, before anything is written."""
-    if contents is not None or not isinstance(contents_b64, str):
+    if contents is not None or contents_b64 is None:
         data = decode_contents(contents, contents_b64)
         return len(data), [data]
     try:

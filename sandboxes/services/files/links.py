@@ -16,7 +16,7 @@ holding the link may repeat it at will): it is counted, per pipeline, in the met
 
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from django.conf import settings
 from django.db import transaction
@@ -31,7 +31,8 @@ from sandboxes.models import Sandbox, State
 from sandboxes.services.files.paths import workspace_path
 
 _PURPOSE = "boxyard.files.link"
-METHODS = ("GET", "PUT")
+# A download link, or an upload link.
+LinkMethod = Literal["GET", "PUT"]
 
 
 @dataclass(frozen=True)
@@ -57,16 +58,16 @@ class UsedLink:
 
 def create_link(
     sandbox: Sandbox,
-    path: object,
+    path: str,
     actor: Actor,
     *,
-    method: object = "GET",
-    expires_in_seconds: object = None,
+    method: LinkMethod = "GET",
+    expires_in_seconds: int | None = None,
     holder: str | None = None,
     epoch: int | None = None,
 ) -> Link:
     """A link to `path` for `method`; an upload link needs the lease, as an upload does."""
-    target, method, seconds = clean_link(path, method, expires_in_seconds)
+    target, seconds = clean_link(path, expires_in_seconds)
     with acting_on(
         sandbox, actor, N_("make a link"), holder=holder, epoch=epoch, hold_lease=method == "PUT"
     ) as acting:
@@ -147,20 +148,18 @@ def use_link(token: str, method: str) -> UsedLink:
     )
 
 
-def clean_link(path: object, method: object, expires_in_seconds: object) -> tuple[str, str, int]:
-    """A link's path, method and lifetime in seconds, or InvalidInput naming what is wrong
-    (nothing of the sandbox is needed to tell)."""
-    target = workspace_path(path)
-    if not isinstance(method, str) or method not in METHODS:
-        raise InvalidInput("method", N_("must be one of %(choices)s", choices=", ".join(METHODS)))
-    return target, method, _clean_expiry(expires_in_seconds)
+def clean_link(path: str, expires_in_seconds: int | None) -> tuple[str, int]:
+    """A link's path and lifetime in seconds, or InvalidInput naming what is wrong (nothing
+    of the sandbox is needed to tell)."""
+    return workspace_path(path), _clean_expiry(expires_in_seconds)
 
 
-def _clean_expiry(value: object) -> int:
+def _clean_expiry(value: int | None) -> int:
+    """The operator's ceiling, BOXYARD_FILE_LINK_MAX_SECONDS, holds for every caller."""
     ceiling = settings.BOXYARD_FILE_LINK_MAX_SECONDS
-    if value is None or value == "":
+    if value is None:
         return min(3600, ceiling)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if value < 1:
         raise InvalidInput("expires_in_seconds", N_("must be a positive whole number of seconds"))
     if value > ceiling:
         raise InvalidInput(

@@ -6,11 +6,12 @@ import base64
 import json
 import posixpath
 from dataclasses import dataclass
+from typing import Any
 
-from boxyard.errors import N_, InvalidInput
+from boxyard.errors import N_
 from sandboxes.guard import require_running
 from sandboxes.models import Sandbox
-from sandboxes.runtime import AGENT_PATH
+from sandboxes.runtime import AGENT_PATH, answers
 from sandboxes.scripts import WORKSPACE
 from sandboxes.services.files.inside import reader, run_inside, verdict
 from sandboxes.services.files.paths import workspace_path
@@ -32,15 +33,13 @@ _AGENT_KINDS = {"file", "dir", "symlink", "other"}
 
 
 def list_files(
-    sandbox: Sandbox, path: object = None, recursive: object = False
+    sandbox: Sandbox, path: str = WORKSPACE, recursive: bool = False
 ) -> tuple[list[FileEntry], bool]:
     """Entries under a directory, and whether the list was cut at MAX_LIST_ENTRIES.
 
     Listed inside the sandbox as the sandbox user by the agent's `list`, in JSON lines, so
     that no file name, whatever bytes it holds, can pose as another entry."""
-    target = workspace_path(path or WORKSPACE)
-    if not isinstance(recursive, bool):
-        raise InvalidInput("recursive", N_("must be true or false"))
+    target = workspace_path(path)
     require_running(sandbox, N_("list files"))
     sandbox.record_activity()
     flag = "1" if recursive else "0"
@@ -58,14 +57,17 @@ def list_files(
     return entries[:MAX_LIST_ENTRIES], truncated
 
 
-def _entry(path: str, kind: str, size: object, mode: object, mtime: object) -> FileEntry:
+def _entry(path: str, item: dict[str, Any]) -> FileEntry:
+    """An entry as the agent's JSON line says it; a value of the wrong shape reads as empty
+    (the sandbox's code may have planted anything in a name or a line)."""
+    mode = item.get("mode")
     return FileEntry(
         path=path,
         name=posixpath.basename(path),
-        type=kind,
-        size=size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else 0,
+        type=item["type"],
+        size=answers.count(item.get("size")),
         mode=mode if isinstance(mode, str) and len(mode) <= 5 and mode.isdigit() else "0000",
-        mtime_unix=mtime if isinstance(mtime, int) and not isinstance(mtime, bool) else 0,
+        mtime_unix=answers.optional_int(item.get("mtime")) or 0,
     )
 
 
@@ -91,7 +93,5 @@ def _parse_json_lines(data: bytes) -> list[FileEntry]:
             except ValueError:
                 continue
         if isinstance(path, str) and _inside(path):
-            entries.append(
-                _entry(path, item["type"], item.get("size"), item.get("mode"), item.get("mtime"))
-            )
+            entries.append(_entry(path, item))
     return entries

@@ -26,12 +26,12 @@ class Written:
 
 def write_file(
     sandbox: Sandbox,
-    path: object,
+    path: str,
     data: bytes | Iterable[bytes],
     actor: Actor,
     *,
     size: int | None = None,
-    mode: object = None,
+    mode: str | None = None,
     overwrite: bool = True,
     holder: str | None = None,
     epoch: int | None = None,
@@ -97,18 +97,16 @@ def _write(
 
 def delete_file(
     sandbox: Sandbox,
-    path: object,
+    path: str,
     actor: Actor,
     *,
-    recursive: object = False,
+    recursive: bool = False,
     holder: str | None = None,
     epoch: int | None = None,
 ) -> str:
     target = workspace_path(path)
     if target == WORKSPACE:
         raise InvalidInput("path", N_("cannot delete /workspace itself"))
-    if not isinstance(recursive, bool):
-        raise InvalidInput("recursive", N_("must be true or false"))
     with acting_on(
         sandbox, actor, N_("change files"), holder=holder, epoch=epoch, activity=True
     ) as acting:

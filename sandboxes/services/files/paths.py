@@ -19,10 +19,10 @@ NAME_MAX = 255
 PATH_MAX = 4096
 
 
-def workspace_path(path: object, field: str = "path") -> str:
+def workspace_path(path: str, field: str = "path") -> str:
     """The absolute, normalized path for `path`, refusing anything outside /workspace and
     any name or path the kernel would refuse as too long."""
-    if not isinstance(path, str) or not path:
+    if not path:
         raise InvalidInput(field, N_("must be a non-empty path"))
     if "\x00" in path or len(path) > MAX_PATH_LENGTH:
         raise InvalidInput(
@@ -59,12 +59,11 @@ def workspace_path(path: object, field: str = "path") -> str:
     return normalized
 
 
-def clean_mode(mode: object) -> str:
+def clean_mode(mode: str | None) -> str:
+    """Permissions as the write script takes them: octal digits, at most 777 (None: 644)."""
     if mode is None or mode == "":
         return "644"
-    if isinstance(mode, int) and not isinstance(mode, bool) and 0 <= mode <= 0o7777:
-        return format(mode, "o")
-    if isinstance(mode, str) and mode.isdigit() and all(ch in "01234567" for ch in mode):
+    if mode.isdigit() and all(ch in "01234567" for ch in mode):
         value = int(mode, 8)
         if value <= 0o777:
             return format(value, "o")

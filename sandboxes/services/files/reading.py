@@ -62,7 +62,7 @@ class FileContent:
         return len(self.data) < self.size_bytes
 
 
-def read_file(sandbox: Sandbox, path: object, max_bytes: object = None) -> FileContent:
+def read_file(sandbox: Sandbox, path: str, max_bytes: int | None = None) -> FileContent:
     """The first `max_bytes` of a file (the JSON call's read)."""
     limit = _clean_max_bytes(max_bytes)
     info, stream = open_file_stream(sandbox, path, length=limit)
@@ -70,7 +70,7 @@ def read_file(sandbox: Sandbox, path: object, max_bytes: object = None) -> FileC
     return FileContent(data=data[:limit], size_bytes=info.size_bytes)
 
 
-def stat_file(sandbox: Sandbox, path: object, *, activity: bool = True) -> FileInfo:
+def stat_file(sandbox: Sandbox, path: str, *, activity: bool = True) -> FileInfo:
     """What a stream of the file would carry in its headers."""
     info, body = open_file_stream(sandbox, path, length=0, activity=activity)
     body.close()
@@ -79,7 +79,7 @@ def stat_file(sandbox: Sandbox, path: object, *, activity: bool = True) -> FileI
 
 def open_file_stream(
     sandbox: Sandbox,
-    path: object,
+    path: str,
     *,
     start: int = 0,
     length: int = -1,
@@ -170,12 +170,12 @@ def _info(target: str, line: bytes) -> FileInfo:
     return FileInfo(path=target, size_bytes=size, modified=modified, inode=inode)
 
 
-def _clean_max_bytes(max_bytes: object) -> int:
-    if max_bytes is None or max_bytes == "":
+def _clean_max_bytes(max_bytes: int | None) -> int:
+    """How much a JSON read carries: the read limit by default, the operator's ceiling
+    (BOXYARD_MAX_OUTPUT_BYTES) at most, for every caller."""
+    if max_bytes is None:
         return settings.BOXYARD_FILE_READ_BYTES
-    if isinstance(max_bytes, str) and max_bytes.isdigit():
-        max_bytes = int(max_bytes)
-    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
+    if max_bytes < 0:
         raise InvalidInput("max_bytes", N_("must be a non-negative integer"))
     ceiling = settings.BOXYARD_MAX_OUTPUT_BYTES
     if max_bytes > ceiling:

@@ -35,7 +35,7 @@ def make_idle(sandbox: Sandbox) -> None:
     )
 
 
-def run(sandbox: Sandbox, bot: Any, cmd: object, **kwargs: Any) -> Any:
+def run(sandbox: Sandbox, bot: Any, cmd: list[str] | str, **kwargs: Any) -> Any:
     sandbox = Sandbox.objects.select_related("pipeline").get(pk=sandbox.pk)
     return services.run_exec(sandbox, services.clean_request(sandbox, cmd=cmd, **kwargs), bot)
 
