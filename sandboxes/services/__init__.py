@@ -7,7 +7,12 @@ goes through the guard (`sandboxes.guard`) and a change of state through the lif
 """
 
 from boxyard.actors import SYSTEM, Actor
-from sandboxes.services.chats import chat_sandbox, forget_session, remember_session_sandbox
+from sandboxes.services.chats import (
+    chat_or_own_sandbox,
+    chat_sandbox,
+    forget_session,
+    remember_session_sandbox,
+)
 from sandboxes.services.closing import close_later, close_sandbox
 from sandboxes.services.compute import RunResult, run_code
 from sandboxes.services.execs import (
@@ -42,9 +47,17 @@ from sandboxes.services.files import (
     workspace_path,
     write_file,
 )
+from sandboxes.services.labels import label_sandbox, set_lifetime
 from sandboxes.services.leases import keep_alive, release_lease, renew_lease, takeover_lease
 from sandboxes.services.moving import Moved, move_all, move_all_later, move_later, move_sandbox
-from sandboxes.services.opening import Opened, boot, open_sandbox, restart_sandbox
+from sandboxes.services.opening import (
+    Opened,
+    boot,
+    open_own_sandbox,
+    open_sandbox,
+    restart_sandbox,
+    resume_sandbox,
+)
 from sandboxes.services.processes import (
     follow_output,
     read_output,
@@ -56,7 +69,7 @@ from sandboxes.services.processes import (
 )
 from sandboxes.services.resetting import ResetResult, reset_sandbox
 from sandboxes.services.sessions import create_session, delete_session, list_sessions
-from sandboxes.services.workspaces import WorkspaceUsage, workspace_usage
+from sandboxes.services.workspaces import WorkspaceUsage, container_usage, workspace_usage
 
 __all__ = [
     "SYSTEM",
@@ -70,12 +83,14 @@ __all__ = [
     "WorkspaceUsage",
     "await_exec",
     "boot",
+    "chat_or_own_sandbox",
     "chat_sandbox",
     "clean_link",
     "clean_mode",
     "clean_request",
     "close_later",
     "close_sandbox",
+    "container_usage",
     "create_link",
     "create_session",
     "decoded_contents",
@@ -90,6 +105,7 @@ __all__ = [
     "forget_session",
     "keep_alive",
     "kill_exec",
+    "label_sandbox",
     "link_methods",
     "list_files",
     "list_sessions",
@@ -99,6 +115,7 @@ __all__ = [
     "move_sandbox",
     "open_archive",
     "open_file_stream",
+    "open_own_sandbox",
     "open_sandbox",
     "read_file",
     "read_output",
@@ -109,8 +126,10 @@ __all__ = [
     "reset_sandbox",
     "restart_process",
     "restart_sandbox",
+    "resume_sandbox",
     "run_code",
     "run_exec",
+    "set_lifetime",
     "start_and_list_processes",
     "start_exec",
     "stat_file",
