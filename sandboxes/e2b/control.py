@@ -17,7 +17,9 @@ import urllib.parse
 from datetime import datetime
 from typing import Any, cast
 
+from django.db.models import TextField
 from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils.dateparse import parse_datetime
 from ninja import NinjaAPI
@@ -227,7 +229,9 @@ def _metadata_filter(text: str | None) -> dict[str, str]:
 
 def _with_label(found: SandboxQuerySet, name: str, value: str) -> SandboxQuerySet:
     alias = f"label_{len(found.query.annotations)}"
-    return found.alias(**{alias: KeyTextTransform(name, "metadata")}).filter(**{alias: value})
+    # Compared as text: the key's value read out of the JSON, whatever characters its name has.
+    label = Cast(KeyTextTransform(name, "metadata"), output_field=TextField())
+    return found.alias(**{alias: label}).filter(**{alias: value})
 
 
 def _moment(text: str, field: str) -> datetime:

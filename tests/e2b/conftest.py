@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from django.conf import settings
 
 from pipelines import services as pipeline_services
 from pipelines.models import Pipeline
@@ -42,7 +43,8 @@ def server(
 ) -> Iterator[Server]:
     """One Boxyard for the module, on the test database; each test's rows and containers
     are removed after it (the database flush, `docker_engine`)."""
-    with served(tmp_path_factory.mktemp("e2b")) as running:
+    # The server's secret is the tests' too: a sandbox's access token is derived from it.
+    with served(tmp_path_factory.mktemp("e2b"), BOXYARD_SECRET_KEY=settings.SECRET_KEY) as running:
         yield running
 
 
