@@ -3,11 +3,19 @@ create (a sandbox of its own, a chat's sandbox through its metadata), get, list,
 timeout, pause and connect with the workspace kept, metrics, kill; sync and async. Boxyard's
 own services are the witness: the rows, the files, the events."""
 
+import io
+import os
+import re
+import shlex
+import subprocess
+import sys
 from datetime import timedelta
 from typing import Any
 
 import anyio
 import pytest
+from django.core.management import call_command
+from django.test import Client
 from django.utils import timezone
 from e2b import AsyncSandbox, Sandbox, SandboxQuery, SandboxState
 
@@ -17,7 +25,7 @@ from sandboxes.models import Event, State
 from sandboxes.models import Sandbox as Row
 from sandboxes.services import Actor
 from tests.e2b.conftest import Bot
-from tests.servers import Server
+from tests.servers import REPO, Server
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
 
@@ -30,7 +38,7 @@ def row(box: Sandbox | AsyncSandbox) -> Row:
 
 
 def test_a_create_without_chat_variables_gets_a_sandbox_of_its_own(
-    server: Server, support: Bot
+    server: Server, support: Bot, admin_client: Client
 ) -> None:
     box = Sandbox.create(metadata={"purpose": "report"}, **support.opts(server))
     other = Sandbox.create(metadata={"purpose": "report"}, **support.opts(server))
@@ -47,6 +55,8 @@ def test_a_create_without_chat_variables_gets_a_sandbox_of_its_own(
     # The dashboard's history shows who made it and what it was told.
     labelled = Event.objects.get(sandbox=made, action="sandbox.labelled")
     assert labelled.detail["metadata"] == {"purpose": "report"}
+    page = admin_client.get(f"/sandboxes/{made.pk}/").content.decode()
+    assert "<code>purpose=report</code>" in page.split('data-testid="metadata">')[1]
 
 
 def test_a_create_with_the_chats_variables_returns_the_chats_sandbox(
@@ -201,3 +211,50 @@ def test_kill_destroys_the_sandbox_and_its_workspace(server: Server, support: Bo
 
     assert row(box).state == State.DESTROYED
     assert Sandbox.kill(box.sandbox_id, **support.opts(server)) is False
+
+
+def test_the_readmes_e2b_section_works_as_written(server: Server, docker_engine: Any) -> None:
+    """The README's commands and program, as they are written there: the pipeline and its key
+    from `create_pipeline`, the three settings, then the program in a Python of its own with
+    nothing but those settings (the address changed to the served one)."""
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## Use Boxyard with the E2B SDK\n", 1)[1].split("\n## ", 1)[0]
+    shell, program = re.findall(r"```(?:sh|python)\n(.*?)```", section, re.S)[:2]
+    lines = shell.strip().splitlines()
+    command = shlex.split(lines[0])
+    assert command[:3] == [".venv/bin/python", "manage.py", "create_pipeline"]
+    printed = io.StringIO()
+    call_command(*command[2:], stdout=printed, stderr=io.StringIO())
+    key = printed.getvalue().strip()
+    assert re.fullmatch(r"e2b_[0-9a-f]{40}", key)
+    settings_given = dict(
+        re.fullmatch(r"export (\w+)=(\S+).*", line).groups()  # type: ignore[union-attr]
+        for line in lines[1:]
+    )
+    assert set(settings_given) == {"E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY"}
+    environment = {
+        name: value.replace("http://127.0.0.1:8000", server.url)
+        for name, value in settings_given.items()
+    }
+    environment["E2B_API_KEY"] = key
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("E2B_", "DJANGO_"))}
+
+    ran = subprocess.run(
+        [sys.executable, "-c", program],
+        env={**clean, **environment},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert ran.returncode == 0, ran.stderr
+    made = Row.objects.get(pipeline__slug="support-bot")
+    assert ran.stdout.splitlines() == [
+        f"created {made.pk} running",
+        f"listed ['{made.pk}']",
+        "resumed running",
+    ]
+    assert made.scope_key == "group_42"
+    assert made.metadata == {"launcher_type": "group", "launcher_id": "42"}
+    assert made.state == State.DESTROYED
+    assert made.generation == 2  # paused, then resumed in a new container
