@@ -13,6 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 from django.core.management import call_command
 from django.test import Client
@@ -258,3 +259,28 @@ def test_the_readmes_e2b_section_works_as_written(server: Server, docker_engine:
     assert made.metadata == {"launcher_type": "group", "launcher_id": "42"}
     assert made.state == State.DESTROYED
     assert made.generation == 2  # paused, then resumed in a new container
+
+
+def test_the_first_versions_routes_and_the_metrics_of_many(server: Server, support: Bot) -> None:
+    running = Sandbox.create(metadata={"team": "a"}, **support.opts(server))
+    paused = Sandbox.create(metadata={"team": "a"}, **support.opts(server))
+    paused.beta_pause()
+
+    with httpx.Client(
+        base_url=f"{server.url}/e2b", headers={"X-API-KEY": support.key}, timeout=60
+    ) as http:
+        listed = http.get("/sandboxes", params={"metadata": "team=a"}).json()
+        many = http.get(
+            "/sandboxes/metrics",
+            params={"sandbox_ids": f"{running.sandbox_id},{paused.sandbox_id},nope"},
+        ).json()
+        not_paused = http.post(f"/sandboxes/{running.sandbox_id}/resume", json={})
+        resumed = http.post(f"/sandboxes/{paused.sandbox_id}/resume", json={"timeout": 300})
+
+    assert [item["sandboxID"] for item in listed] == [running.sandbox_id]  # running ones only
+    assert list(many["sandboxes"]) == [running.sandbox_id]
+    assert many["sandboxes"][running.sandbox_id]["memUsed"] > 0
+    assert (not_paused.status_code, not_paused.json()["code"]) == (409, 409)
+    assert resumed.status_code == 201
+    assert resumed.json()["sandboxID"] == paused.sandbox_id
+    assert row(paused).state == State.RUNNING
