@@ -2,9 +2,9 @@
 find, list, pause, resume, time and kill Boxyard sandboxes, unchanged.
 
 A door, not a house: each route parses what the SDK sends (`shapes`), fetches what the
-pipeline may see (`selectors`), calls the services every other door calls (opening, closing,
-labels, lifetimes, usage) and answers in the shapes the SDK's models parse. The key
-(`X-API-KEY`, or a bearer token) is a pipeline's token, looked up as every token is; an error
+pipeline may see (`selectors`), runs the operation's record where it has one (close) or calls
+the services every door calls (opening, labels, lifetimes, usage), and answers in the shapes
+the SDK's models parse. The key (`X-API-KEY`, or a bearer token) is a pipeline's token, looked up as every token is; an error
 is E2B's `{"code": <status>, "message": ...}` with Boxyard's own status, which the SDK turns
 into its exceptions (404 not found, 401 authentication, 429 rate limit).
 
@@ -31,6 +31,9 @@ from pipelines.models import Pipeline
 from sandboxes import selectors, services
 from sandboxes.e2b import shapes
 from sandboxes.models import Sandbox, SandboxQuerySet, State
+from sandboxes.operations import Call, Context
+from sandboxes.operations.sandboxes import CLOSE
+from sandboxes.schemas.sandboxes import CloseQuery
 from sandboxes.selectors import Principal, principal_for_token
 from sandboxes.services.labels import clean_environment, clean_labels, clean_lifetime
 
@@ -267,7 +270,7 @@ def pause(request: HttpRequest, sandbox_id: str) -> HttpResponse:
     sandbox = _sandbox(who, sandbox_id)
     if shapes.state_of(sandbox) == shapes.PAUSED:
         raise Conflict(N_("sandbox %(id)s is already paused", id=sandbox_id))
-    services.close_sandbox(sandbox, who.actor, delete_workspace=False)
+    _close(who, sandbox, delete_workspace=False)
     return HttpResponse(status=204)
 
 
@@ -275,8 +278,14 @@ def pause(request: HttpRequest, sandbox_id: str) -> HttpResponse:
 def kill(request: HttpRequest, sandbox_id: str) -> HttpResponse:
     """Destroy the sandbox with its workspace."""
     who, _ = _caller(request)
-    services.close_sandbox(_sandbox(who, sandbox_id), who.actor, delete_workspace=True)
+    _close(who, _sandbox(who, sandbox_id), delete_workspace=True)
     return HttpResponse(status=204)
+
+
+def _close(who: Principal, sandbox: Sandbox, *, delete_workspace: bool) -> None:
+    """The bot API's and MCP's close, run from its record: as the sandbox's default holder."""
+    query = CloseQuery(delete_workspace=delete_workspace, holder=None, epoch=None)
+    CLOSE.service(Context(principal=who), Call(query, sandbox_id=str(sandbox.pk)))
 
 
 # --- errors, as E2B shapes them -------------------------------------------------------------------
