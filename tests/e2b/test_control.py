@@ -75,6 +75,21 @@ def test_a_create_with_the_chats_variables_returns_the_chats_sandbox(
     assert Row.objects.filter(pipeline=support.pipeline).count() == 1
 
 
+def test_a_create_for_a_chat_whose_sandbox_was_closed_starts_it_again(
+    server: Server, support: Bot
+) -> None:
+    opened = services.open_sandbox(support.pipeline, CHAT, BOT).sandbox
+    services.write_file(opened, "notes.txt", b"before the break", BOT)
+    services.close_sandbox(opened, BOT)  # the bot API's close: the workspace is kept
+
+    box = Sandbox.create(metadata=CHAT, **support.opts(server))
+
+    again = row(box)
+    assert again.pk == opened.pk
+    assert (again.state, again.generation) == (State.RUNNING, opened.generation + 1)
+    assert services.read_file(again, "notes.txt").data == b"before the break"
+
+
 def test_the_async_sdk_creates_finds_and_kills(server: Server, support: Bot) -> None:
     opened = services.open_sandbox(support.pipeline, CHAT, BOT)
 
