@@ -1,8 +1,8 @@
 """The server's first look at every HTTP request: who calls, and whether the body may come in,
 decided from the headers alone, before a byte of the body is read.
 
-- The caller: a pipeline (its bearer token), an admin (their session), or, without either,
-  the client's address. The request and everything it runs carry it (`boxyard.slots.CALLER`),
+- The caller: a pipeline (its bearer token, or the `X-API-KEY` of E2B's SDKs), an admin
+  (their session), or, without either, the client's address. The request and everything it runs carry it (`boxyard.slots.CALLER`),
   so each caller holds at most its share of the request pool's threads (`boxyard.threads`).
 - A pipeline past the operator's rate limit (BOXYARD_RATE_LIMIT) gets 429 with Retry-After.
 - A body for the bot API or `/mcp` without a credential gets 401; a body larger than its
@@ -121,6 +121,8 @@ async def _identify(scope: Scope) -> tuple[str, int | None]:
     for name, value in scope.get("headers", ()):
         if name == b"authorization":
             authorization = value
+        elif name == b"x-api-key":  # E2B's SDKs send a pipeline's token so
+            authorization = authorization or b"Bearer " + value
         elif name == b"cookie":
             cookie = value
     if authorization is not None:

@@ -7,6 +7,7 @@ from boxyard.web import StaffLoginForm
 from config.api import api
 from sandboxes.api.links import serve_link
 from sandboxes.bay.urls import bay
+from sandboxes.e2b.control import api as e2b_api
 from sandboxes.views import prometheus_metrics
 
 
@@ -21,6 +22,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
     path("bay/", bay.urls),
+    path("e2b/", e2b_api.urls),
     path("healthz", healthz),
     path("links/<str:token>", serve_link, name="file-link"),
     path("metrics", prometheus_metrics),

@@ -389,6 +389,9 @@ def _holds_docker_socket(directory: Path) -> bool:
 
 
 TOKEN_PREFIX = "byd_"
+# The shape E2B's SDKs expect of an API key: `e2b_` and 40 hex digits.
+E2B_TOKEN_PREFIX = "e2b_"
+TOKEN_SHAPES = ("boxyard", "e2b")
 
 
 def hash_token(token: str) -> str:
@@ -420,13 +423,22 @@ class PipelineToken(models.Model):
         return f"{self.pipeline} {self.prefix}… ({self.name or 'token'})"
 
     @classmethod
-    def issue(cls, pipeline: Pipeline, name: str = "") -> tuple["PipelineToken", str]:
-        """Create a token; returns the row and the plaintext, which is never stored."""
-        plaintext = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    def issue(
+        cls, pipeline: Pipeline, name: str = "", *, shape: str = "boxyard"
+    ) -> tuple["PipelineToken", str]:
+        """Create a token; returns the row and the plaintext, which is never stored.
+
+        `shape` is how it is spelled, not what it may do: `boxyard` (`byd_…`), or `e2b`
+        (`e2b_` and 40 hex digits, the API key E2B's SDKs take); both act for the pipeline
+        alike, by any door."""
+        if shape == "e2b":
+            plaintext = E2B_TOKEN_PREFIX + secrets.token_hex(20)
+        else:
+            plaintext = TOKEN_PREFIX + secrets.token_urlsafe(32)
         row = cls.objects.create(
             pipeline=pipeline,
             name=name,
-            prefix=plaintext[: len(TOKEN_PREFIX) + 6],
+            prefix=plaintext[:10],
             digest=hash_token(plaintext),
         )
         return row, plaintext

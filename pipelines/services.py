@@ -16,7 +16,7 @@ from django.utils.functional import lazy
 
 from boxyard.actors import Actor
 from boxyard.errors import N_, Conflict, InvalidInput, Message
-from pipelines.models import Pipeline, PipelineToken, Skill
+from pipelines.models import TOKEN_SHAPES, Pipeline, PipelineToken, Skill
 from sandboxes import events
 from sandboxes.models import Sandbox, State, StopReason
 from sandboxes.services import close_sandbox
@@ -86,16 +86,22 @@ def delete_pipeline(
 
 
 def issue_token(
-    pipeline: Pipeline, actor: Actor, name: str = "", *, via: str = ""
+    pipeline: Pipeline, actor: Actor, name: str = "", *, shape: str = "boxyard", via: str = ""
 ) -> tuple[PipelineToken, str]:
-    """A new API token; returns its row and its plaintext, shown once and never stored."""
+    """A new API token; returns its row and its plaintext, shown once and never stored.
+    `shape` spells it as Boxyard's (`byd_…`) or as an E2B API key (`e2b_<40 hex>`)."""
     if not isinstance(name, str) or len(name) > 100:
         raise InvalidInput("name", N_("must be at most %(count)s characters", count=100))
-    with transaction.atomic():
-        token, plaintext = PipelineToken.issue(pipeline, name=name)
-        _record(
-            actor, "token.issued", pipeline, via, token=token.pk, prefix=token.prefix, name=name
+    if shape not in TOKEN_SHAPES:
+        raise InvalidInput(
+            "shape", N_("must be one of %(choices)s", choices=", ".join(TOKEN_SHAPES))
         )
+    with transaction.atomic():
+        token, plaintext = PipelineToken.issue(pipeline, name=name, shape=shape)
+        _record(
+            actor, "token.issued", pipeline, via, token=token.pk, prefix=token.prefix, name=name,
+            shape=shape,
+        )  # fmt: skip
     return token, plaintext
 
 

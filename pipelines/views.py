@@ -132,8 +132,9 @@ def _preview(preset: str | None, typed: str | None) -> dict[str, Any]:
 @require_POST
 def token_create(request: HttpRequest, slug: str) -> HttpResponse:
     pipeline = _pipeline(slug)
+    shape = "e2b" if request.POST.get("shape") == "e2b" else "boxyard"
     row, plaintext = services.issue_token(
-        pipeline, admin_actor(request), request.POST.get("name", "")[:100]
+        pipeline, admin_actor(request), request.POST.get("name", "")[:100], shape=shape
     )
     context = {
         "nav": "pipelines",

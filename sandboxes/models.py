@@ -87,6 +87,18 @@ class Sandbox(models.Model):
     )
     scope_key = models.CharField(max_length=512)
     variables = models.JSONField(default=dict, help_text="The variables of the opening request.")
+    metadata = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Labels its caller gave it (text to text), to find it again by: an E2B "
+        "sandbox's metadata.",
+    )
+    env = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Environment its caller gave it, on top of the pipeline's, for the "
+        "containers made for it from now on.",
+    )
     state = models.CharField(max_length=16, choices=State.choices, default=State.CREATING)
     stop_reason = models.CharField(max_length=16, choices=StopReason.choices, blank=True)
     status_detail = models.TextField(blank=True, help_text="Why it is in error, in words.")

@@ -168,6 +168,22 @@ def test_a_token_is_shown_once_and_can_be_revoked(admin_client, pipeline) -> Non
     )
 
 
+def test_a_token_can_be_shaped_as_an_e2b_key(admin_client, pipeline) -> None:
+    created = admin_client.post(
+        f"/pipelines/{pipeline.slug}/tokens", {"name": "e2b", "shape": "e2b"}
+    )
+    plaintext = created.content.decode().split('data-testid="new-token">')[1].split("<")[0]
+    assert re.fullmatch(r"e2b_[0-9a-f]{40}", plaintext)
+    token = PipelineToken.objects.get(pipeline=pipeline)
+    assert Client(HTTP_X_API_KEY=plaintext).get("/e2b/v2/sandboxes").json() == []
+    assert (
+        Client(HTTP_AUTHORIZATION=f"Bearer {plaintext}").get("/api/v1/sandboxes").status_code == 200
+    )
+    admin_client.post(f"/pipelines/{pipeline.slug}/tokens/{token.pk}/revoke")
+    refused = Client(HTTP_X_API_KEY=plaintext).get("/e2b/v2/sandboxes")
+    assert (refused.status_code, refused.json()["code"]) == (401, 401)
+
+
 def _pipeline_form(**changes: str) -> dict[str, str]:
     form = {
         "slug": "p",

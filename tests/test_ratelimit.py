@@ -35,6 +35,11 @@ def test_the_rate_limit_refuses_a_pipeline_past_it(
         assert [answer.status_code for answer in codes] == [200] * 5 + [429]
         assert codes[-1].json()["error"]["code"] == "rate_limited"
         assert 1 <= int(codes[-1].headers["Retry-After"]) <= 60
+        # The same token as E2B's SDKs send it is the same pipeline's call, counted as such.
+        as_e2b_key = httpx.get(
+            f"{limited.url}/e2b/v2/sandboxes", headers={"X-API-KEY": fast}, timeout=10
+        )
+        assert as_e2b_key.status_code == 429
         calm_answer = httpx.get(
             f"{limited.url}/api/v1/sandboxes",
             headers={"Authorization": f"Bearer {calm}"},

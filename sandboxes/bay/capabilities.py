@@ -20,7 +20,6 @@ from ninja import File, Form, Router
 from ninja.files import UploadedFile
 
 from boxyard.later import Later
-from pipelines.scope import Scope
 from sandboxes import services
 from sandboxes.bay.api import Answer, CapabilityMissing, SandboxExpired, principal, run
 from sandboxes.bay.sandboxes import CAPABILITIES, SANDBOX, bay_sandbox, bay_status
@@ -47,8 +46,7 @@ def awake(request: HttpRequest, sandbox_id: str) -> Sandbox:
     if bay_status(sandbox) == "expired":
         raise SandboxExpired("the sandbox reached its time to live; create another")
     if sandbox.state in (State.STOPPED, State.ERROR):
-        scoped = Scope(key=sandbox.scope_key, variables=sandbox.variables)
-        services.open_scope(sandbox.pipeline, scoped, principal(request).actor)
+        services.resume_sandbox(sandbox, principal(request).actor)
     return sandbox
 
 

@@ -3,12 +3,11 @@ the time to live.
 
 A Bay sandbox is a Boxyard sandbox of the token's pipeline, with the same id. Its cargo (Bay's
 persistent volume) is the sandbox's workspace, named by its scope key: a create without a
-cargo gets a sandbox of its own (a new key, `bay-…`); a create naming the cargo of an existing
+cargo gets a sandbox of its own (`services.open_own_sandbox`); a create naming the cargo of an existing
 sandbox gets that sandbox, with its files (one live sandbox per key, as for the bot API). Stop
 keeps the workspace, and the next call starts the sandbox again; delete destroys it.
 """
 
-import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -35,7 +34,6 @@ SANDBOX = "/sandboxes/{sandbox_id}"
 # in the pipeline's image (`boxyard/default:1` has it); a browser is not there yet.
 PROFILE = "python-default"
 CAPABILITIES = ("python", "shell", "filesystem")
-CARGO_PREFIX = "bay-"
 
 _STATUS = {
     State.CREATING: "starting",
@@ -99,10 +97,8 @@ def bay_sandbox(request: HttpRequest, sandbox_id: str) -> Sandbox:
     return sandbox
 
 
-def _cargo_key(request: HttpRequest, cargo_id: str | None) -> str:
-    """The scope key of the workspace a create names, or a new one."""
-    if cargo_id is None:
-        return CARGO_PREFIX + uuid.uuid4().hex
+def _cargo_key(request: HttpRequest, cargo_id: str) -> str:
+    """The scope key of the workspace a create names."""
     if not selectors.sandboxes_for(principal(request), scope_key=cargo_id, limit=1):
         raise NotFound(f"no cargo {cargo_id!r} in this pipeline", field="cargo_id")
     return cargo_id
@@ -120,8 +116,11 @@ def create_sandbox(request: HttpRequest, body: CreateIn) -> Answer:
         )
     if body.ttl:
         services.check_lifetime(pipeline, body.ttl, field="ttl")
-    key = _cargo_key(request, body.cargo_id)
-    opened = services.open_scope(pipeline, Scope(key=key, variables={}), who.actor)
+    if body.cargo_id is None:
+        opened = services.open_own_sandbox(pipeline, {}, who.actor)
+    else:
+        key = _cargo_key(request, body.cargo_id)
+        opened = services.open_scope(pipeline, Scope(key=key, variables={}), who.actor)
     sandbox = opened.sandbox
     if body.ttl:
         sandbox = services.set_lifetime(sandbox, who.actor, body.ttl, field="ttl")

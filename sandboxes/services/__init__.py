@@ -7,7 +7,12 @@ goes through the guard (`sandboxes.guard`) and a change of state through the lif
 """
 
 from boxyard.actors import SYSTEM, Actor
-from sandboxes.services.chats import chat_sandbox, forget_session, remember_session_sandbox
+from sandboxes.services.chats import (
+    chat_or_own_sandbox,
+    chat_sandbox,
+    forget_session,
+    remember_session_sandbox,
+)
 from sandboxes.services.closing import close_later, close_sandbox
 from sandboxes.services.compute import RunResult, run_code
 from sandboxes.services.execs import (
@@ -42,10 +47,19 @@ from sandboxes.services.files import (
     workspace_path,
     write_file,
 )
+from sandboxes.services.labels import label_sandbox
 from sandboxes.services.leases import keep_alive, release_lease, renew_lease, takeover_lease
 from sandboxes.services.lifetimes import check_lifetime, lifetime_ceiling, set_lifetime
 from sandboxes.services.moving import Moved, move_all, move_all_later, move_later, move_sandbox
-from sandboxes.services.opening import Opened, boot, open_sandbox, open_scope, restart_sandbox
+from sandboxes.services.opening import (
+    Opened,
+    boot,
+    open_own_sandbox,
+    open_sandbox,
+    open_scope,
+    restart_sandbox,
+    resume_sandbox,
+)
 from sandboxes.services.processes import (
     follow_output,
     read_output,
@@ -57,7 +71,7 @@ from sandboxes.services.processes import (
 )
 from sandboxes.services.resetting import ResetResult, reset_sandbox
 from sandboxes.services.sessions import create_session, delete_session, list_sessions
-from sandboxes.services.workspaces import WorkspaceUsage, workspace_usage
+from sandboxes.services.workspaces import WorkspaceUsage, container_usage, workspace_usage
 
 __all__ = [
     "SYSTEM",
@@ -71,6 +85,7 @@ __all__ = [
     "WorkspaceUsage",
     "await_exec",
     "boot",
+    "chat_or_own_sandbox",
     "chat_sandbox",
     "check_lifetime",
     "clean_link",
@@ -78,6 +93,7 @@ __all__ = [
     "clean_request",
     "close_later",
     "close_sandbox",
+    "container_usage",
     "create_link",
     "create_session",
     "decoded_contents",
@@ -92,6 +108,7 @@ __all__ = [
     "forget_session",
     "keep_alive",
     "kill_exec",
+    "label_sandbox",
     "lifetime_ceiling",
     "link_methods",
     "list_files",
@@ -102,6 +119,7 @@ __all__ = [
     "move_sandbox",
     "open_archive",
     "open_file_stream",
+    "open_own_sandbox",
     "open_sandbox",
     "open_scope",
     "read_file",
@@ -113,6 +131,7 @@ __all__ = [
     "reset_sandbox",
     "restart_process",
     "restart_sandbox",
+    "resume_sandbox",
     "run_code",
     "run_exec",
     "set_lifetime",

@@ -19,7 +19,7 @@ from boxyard.errors import N_, InvalidInput, NotFound
 from pipelines import scope
 from pipelines.models import Pipeline
 from sandboxes.models import Sandbox, SessionSandbox, State
-from sandboxes.services.opening import open_sandbox
+from sandboxes.services.opening import Opened, open_own_sandbox, open_sandbox
 
 # A found row's `used_at` moves on at most this often (a part of the idle time), not at
 # every call.
@@ -71,6 +71,18 @@ def chat_sandbox(
     if session is not None:
         remember_session_sandbox(session, pipeline, sandbox_id)
     return sandbox_id
+
+
+def chat_or_own_sandbox(
+    pipeline: Pipeline, variables: dict[str, str], actor: Actor, holder: str | None = None
+) -> Opened:
+    """The chat's sandbox when the variables name any of the pipeline's scope (all it needs,
+    else InvalidInput naming the one missing), found or opened; a new sandbox of its own
+    when they name none of them (a caller that knows nothing of chats)."""
+    named = scope.variables_used(pipeline.scope_template) & set(scope.clean_variables(variables))
+    if named:
+        return open_sandbox(pipeline, variables, actor, holder)
+    return open_own_sandbox(pipeline, variables, actor, holder)
 
 
 def remember_session_sandbox(session: str, pipeline: Pipeline, sandbox_id: str) -> None:

@@ -3,12 +3,13 @@ three steps: the scope key (`pipelines.scope`), the key's sandbox with the calle
 (`claiming`), the sandbox made ready (`booting`: a health check, or its container). Also the
 worker's boot of a sandbox opened in the background, and an admin's restart."""
 
+import uuid
 from dataclasses import dataclass
 from uuid import UUID
 
 from boxyard import chaos
 from boxyard.actors import SYSTEM, Actor
-from boxyard.errors import N_
+from boxyard.errors import N_, NotFound
 from pipelines import scope
 from pipelines.models import Pipeline
 from sandboxes import lifecycle
@@ -48,6 +49,31 @@ def open_sandbox(
         holder,
         background=background,
     )
+
+
+def open_own_sandbox(
+    pipeline: Pipeline,
+    variables: scope.Variables | None,
+    actor: Actor,
+    holder: str | None = None,
+    *,
+    background: bool = False,
+) -> Opened:
+    """A new sandbox of its own, whatever the pipeline's scope: its scope key is generated
+    (`own-<hex>`), so no chat shares it; it is found again by its id. The variables given
+    are kept on it as they are (none of them decides its key)."""
+    own = scope.Scope(key=f"own-{uuid.uuid4().hex}", variables=scope.clean_variables(variables))
+    return open_scope(pipeline, own, actor, holder, background=background)
+
+
+def resume_sandbox(sandbox: Sandbox, actor: Actor, holder: str | None = None) -> Opened:
+    """Open this sandbox again by its scope key, as an open of its chat would: a stopped one
+    starts again on its workspace (a new container), a running one is checked; the lease is
+    taken or shared. Raises what `open_sandbox` raises."""
+    if sandbox.state == State.DESTROYED:  # its key may be another sandbox's by now
+        raise NotFound(N_("no sandbox %(id)s", id=sandbox.pk))
+    kept = scope.Scope(key=sandbox.scope_key, variables=dict(sandbox.variables or {}))
+    return open_scope(sandbox.pipeline, kept, actor, holder)
 
 
 def open_scope(

@@ -96,7 +96,7 @@ def build_spec(
         labels=labels,
         user=settings.BOXYARD_SANDBOX_USER,
         mounts=mounts,
-        env={"HOME": WORKSPACE, "LANG": "C.UTF-8", **(pipeline.env or {})},
+        env={"HOME": WORKSPACE, "LANG": "C.UTF-8", **(pipeline.env or {}), **(sandbox.env or {})},
         workdir=WORKSPACE,
         cpus=pipeline.cpus,
         memory_mb=pipeline.memory_mb,

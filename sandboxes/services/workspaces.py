@@ -1,9 +1,12 @@
-"""A sandbox's workspace: how big its disk is and how much of it is used."""
+"""A sandbox's workspace: how big its disk is and how much of it is used; and what its
+container uses now."""
 
 from dataclasses import dataclass
 
 from boxyard.errors import BoxyardError
+from hosts.engines import runtime_of
 from sandboxes.models import Sandbox, State
+from sandboxes.runtime import Usage
 from sandboxes.runtime.port import port_of
 
 
@@ -32,3 +35,14 @@ def workspace_usage(sandbox: Sandbox) -> WorkspaceUsage:
         except BoxyardError:
             used = None
     return WorkspaceUsage(limit_bytes=limit, used_bytes=used)
+
+
+def container_usage(sandbox: Sandbox) -> Usage | None:
+    """The counters of its container now (CPU time, memory); None when it is not running or
+    its engine does not answer."""
+    if sandbox.state != State.RUNNING or not sandbox.container_id:
+        return None
+    try:
+        return runtime_of(sandbox).usage(sandbox.container_id)
+    except BoxyardError:
+        return None

@@ -5,6 +5,7 @@ Pure database with the fake runtime: no engine needed."""
 
 import io
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -185,6 +186,7 @@ def test_a_token_is_recorded_by_its_prefix_never_its_plaintext(pipeline, alice_a
         "token": token.pk,
         "prefix": token.prefix,
         "name": "bot",
+        "shape": "boxyard",
         "via": "somewhere",
     }
     secret = plaintext[len(token.prefix) :]
@@ -200,6 +202,24 @@ def test_a_revoked_token_stops_working_at_once_and_is_recorded_once(pipeline, al
     [revoked] = _events("token.revoked")
     assert revoked.actor == "admin:alice" and revoked.pipeline_id == pipeline.pk
     assert revoked.detail == {"token": token.pk, "prefix": token.prefix}
+
+
+def test_a_token_shaped_as_an_e2b_key_acts_for_its_pipeline_alike(pipeline, alice_actor) -> None:
+    token, plaintext = services.issue_token(pipeline, alice_actor, "e2b", shape="e2b")
+    assert re.fullmatch(r"e2b_[0-9a-f]{40}", plaintext)
+    assert plaintext.startswith(token.prefix) and token.prefix.startswith("e2b_")
+    found = principal_for_token(plaintext)
+    assert found is not None and found.pipeline == pipeline
+    [issued] = _events("token.issued")
+    assert issued.detail["shape"] == "e2b"
+    assert plaintext[len(token.prefix) :] not in json.dumps(issued.detail)
+
+
+def test_a_token_of_no_known_shape_is_refused_and_none_issued(pipeline, alice_actor) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        services.issue_token(pipeline, alice_actor, shape="jwt")
+    assert refused.value.field == "shape"
+    assert not PipelineToken.objects.exists() and not _events("token.issued")
 
 
 def test_two_admins_revoking_one_token_record_it_once(pipeline, alice_actor) -> None:
@@ -468,6 +488,15 @@ def test_the_command_records_its_pipeline_and_token_as_the_commands() -> None:
     assert changed.detail == {
         "changes": {"scope_template": ["{launcher_type}_{launcher_id}", "{sender_id}"]}
     }
+
+
+def test_the_command_issues_a_key_shaped_for_e2b() -> None:
+    out = io.StringIO()
+    call_command("create_pipeline", "agents", "--e2b-key", stdout=out, stderr=io.StringIO())
+    plaintext = out.getvalue().strip()
+    assert re.fullmatch(r"e2b_[0-9a-f]{40}", plaintext)
+    found = principal_for_token(plaintext)
+    assert found is not None and found.pipeline == Pipeline.objects.get(slug="agents")
 
 
 # --- bulk destroy from the fleet ----------------------------------------------------------------

@@ -26,6 +26,12 @@ class Command(BaseCommand):
         parser.add_argument(
             "--print-token", action="store_true", help="issue an API token and print it once"
         )
+        parser.add_argument(
+            "--e2b-key",
+            action="store_true",
+            help="issue an API key shaped for E2B's SDKs (e2b_<40 hex>, for E2B_API_KEY) and "
+            "print it once",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         values = {
@@ -45,8 +51,11 @@ class Command(BaseCommand):
                 pipeline = services.update_pipeline(pipeline, ACTOR, values)
                 verb = "Updated"
             token = None
-            if options["print_token"]:
-                _, token = services.issue_token(pipeline, ACTOR, name="create_pipeline")
+            if options["print_token"] or options["e2b_key"]:
+                shape = "e2b" if options["e2b_key"] else "boxyard"
+                _, token = services.issue_token(
+                    pipeline, ACTOR, name="create_pipeline", shape=shape
+                )
         except BoxyardError as error:
             raise CommandError(error.message) from None
         self.stderr.write(

@@ -12,6 +12,7 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any, Protocol
 from uuid import UUID
 
@@ -120,6 +121,8 @@ def _start(
     with acting_on(sandbox, actor, N_("exec"), holder=holder, epoch=epoch) as acting:
         sandbox, lease = acting.sandbox, acting.lease
         assert lease is not None
+        if sandbox.env:  # the sandbox's own environment, under the command's
+            request = replace(request, env={**sandbox.env, **request.env})
         init = None if request.one_shot else session_init(sandbox, request.session)
         record = Exec.objects.create(
             sandbox=sandbox,
