@@ -80,7 +80,7 @@ def test_a_sandbox_runs_commands_and_python_and_keeps_files(support: Bay) -> Non
     assert seen["root"] == ["bin"]
     # The same sandbox as every door sees it: its commands recorded, its events written.
     sandbox = Sandbox.objects.get(pk=seen["id"])
-    assert sandbox.pipeline == support.pipeline and sandbox.scope_key.startswith("bay-")
+    assert sandbox.pipeline == support.pipeline and sandbox.scope_key.startswith("own-")
     assert Exec.objects.filter(sandbox=sandbox).count() == 5
     actions = set(Event.objects.filter(sandbox=sandbox).values_list("action", flat=True))
     assert {"sandbox.created", "sandbox.lifetime_set", "file.written", "file.deleted"} <= actions
