@@ -227,17 +227,17 @@ def report(stats: dict[str, Stats]) -> None:
         print(f"  {name:<28} {figures.n:>4} {p50:>8.1f}/{p90:.1f}/{p99:.1f}")
     print()
 
-    def p50(name: str) -> float:
+    def median(name: str) -> float:
         return stats[name].percentiles()[0]
 
-    exec_e2b = p50("e2b exec")
+    exec_e2b = median("e2b exec")
     # Speed is size over time: at least 0.8x as fast is the raw route's time over ours.
-    write_speed = p50("files/raw PUT 64 MiB") / p50("e2b write 64 MiB")
-    read_speed = p50("files/raw GET 64 MiB") / p50("e2b read 64 MiB")
-    create = p50("e2b Sandbox.create()")
+    write_speed = median("files/raw PUT 64 MiB") / median("e2b write 64 MiB")
+    read_speed = median("files/raw GET 64 MiB") / median("e2b read 64 MiB")
+    create = median("e2b Sandbox.create()")
     checks = [
-        ("E2B exec p50 / REST's", exec_e2b / p50("rest exec"), "<=", EXEC_REST_MAX),
-        ("E2B exec p50 / raw docker's", exec_e2b / p50("raw exec"), "<=", EXEC_RAW_MAX),
+        ("E2B exec p50 / REST's", exec_e2b / median("rest exec"), "<=", EXEC_REST_MAX),
+        ("E2B exec p50 / raw docker's", exec_e2b / median("raw exec"), "<=", EXEC_RAW_MAX),
         ("Sandbox.create() from the pool, p50 ms", create, "<=", CREATE_P50_MS),
         ("64 MiB write, speed / /files/raw's", write_speed, ">=", FILES_MIN),
         ("64 MiB read, speed / /files/raw's", read_speed, ">=", FILES_MIN),
