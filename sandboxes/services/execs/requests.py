@@ -33,6 +33,8 @@ class ExecRequest:
     # A new process outside any session ("fresh"): the sandbox's own environment and cwd.
     one_shot: bool = False
     pipeline_env: dict[str, str] = field(default_factory=dict)
+    # A background command's stdin stays open for `write_exec_stdin` (else it reads nothing).
+    stdin: bool = False
 
     @property
     def command(self) -> list[str] | str:
@@ -49,6 +51,7 @@ def clean_request(
     timeout_seconds: object = None,
     background: object = False,
     one_shot: bool = False,
+    stdin: object = False,
 ) -> ExecRequest:
     """Check an exec request against the pipeline (or the sandbox's pipeline) it is for."""
     pipeline = target.pipeline if isinstance(target, Sandbox) else target
@@ -90,6 +93,7 @@ def clean_request(
         background=_clean_flag(background, "background"),
         one_shot=one_shot,
         pipeline_env=dict(pipeline.env or {}),
+        stdin=_clean_flag(stdin, "stdin"),
     )
 
 

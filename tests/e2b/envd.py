@@ -1,0 +1,68 @@
+"""The E2B SDK's own sandbox clients (commands, files, pty) on a Boxyard sandbox, built as
+`Sandbox.__init__` builds them: the sandbox URL of `/e2b/sandbox`, the sandbox named by its
+headers and opened by its access token."""
+
+from dataclasses import dataclass
+
+import httpx
+from e2b import ConnectionConfig
+from e2b.api.client_sync import get_envd_api
+from e2b.sandbox_sync.commands.command import Commands
+from e2b.sandbox_sync.commands.pty import Pty
+from e2b.sandbox_sync.filesystem.filesystem import Filesystem
+from packaging.version import Version
+
+from pipelines.models import Pipeline, PipelineToken
+from sandboxes.e2b.common import ENVD_VERSION, envd_token
+from tests.conftest import CHAT
+from tests.servers import Server
+
+API_KEY = "e2b_" + "0" * 40
+
+
+@dataclass
+class EnvdSandbox:
+    sandbox_id: str
+    commands: Commands
+    files: Filesystem
+    pty: Pty
+
+
+def envd(server: Server, sandbox_id: str, token: str | None) -> EnvdSandbox:
+    """The SDK's clients of one sandbox; `token` None sends none."""
+    headers = {"E2b-Sandbox-Id": sandbox_id, "E2b-Sandbox-Port": "49983"}
+    if token is not None:
+        headers["X-Access-Token"] = token
+    config = ConnectionConfig(
+        sandbox_url=f"{server.url}/e2b/sandbox",
+        api_key=API_KEY,
+        extra_sandbox_headers=headers,
+        request_timeout=60,
+    )
+    url = config.get_sandbox_url(sandbox_id, "")
+    api = get_envd_api(config, url)
+    version = Version(ENVD_VERSION)
+    return EnvdSandbox(
+        sandbox_id,
+        Commands(url, config, version, api),
+        Filesystem(url, version, config, api),
+        Pty(url, config, version, api),
+    )
+
+
+def open_sandbox(server: Server, pipeline: Pipeline, chat: dict[str, str] = CHAT) -> str:
+    """A chat's sandbox opened by the pipeline's bot, as the bot API opens it."""
+    _, token = PipelineToken.issue(pipeline, name="e2b")
+    opened = httpx.post(
+        f"{server.url}/api/v1/sandboxes/open",
+        json={"pipeline": pipeline.slug, "variables": chat},
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=120,
+    )
+    assert opened.status_code == 200, opened.text
+    return str(opened.json()["sandbox_id"])
+
+
+def sdk_sandbox(server: Server, pipeline: Pipeline) -> EnvdSandbox:
+    sandbox_id = open_sandbox(server, pipeline)
+    return envd(server, sandbox_id, envd_token(sandbox_id))
