@@ -147,7 +147,7 @@ async def _refuse(send: Send, error: ConnectError, *, rpc: bool, enveloped: bool
     await send_unary(send, {"code": status, "message": error.message}, status)
 
 
-async def refuse_plain(send: Send, error: BoxyardError | ConnectError) -> None:
-    """An error of `/files` or `/health` once its handler runs."""
-    connect = from_boxyard(error) if isinstance(error, BoxyardError) else error
-    await _refuse(send, connect, rpc=False, enveloped=False)
+async def refuse_plain(send: Send, error: BoxyardError) -> None:
+    """An error of `/files` once its handler runs, with Boxyard's own status (the SDK knows
+    507, the workspace full, as its own)."""
+    await send_unary(send, {"code": error.status, "message": error.message}, error.status)

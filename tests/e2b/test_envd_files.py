@@ -1,0 +1,121 @@
+"""The E2B SDK's files, unchanged, on a Boxyard sandbox through `/e2b/sandbox`: `/home/user`
+is the workspace, every call is Boxyard's file service, and a 64 MiB file streams both ways
+within the workspace's quota."""
+
+import hashlib
+import io
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.conf import settings
+from e2b import FileType
+from e2b.exceptions import NotEnoughSpaceException
+from e2b.sandbox.filesystem.watch_handle import FilesystemEventType
+
+from sandboxes.models import Event
+from tests.conftest import wait_for
+from tests.e2b.envd import EnvdSandbox, sdk_sandbox
+from tests.servers import Server, served
+
+pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
+
+MIB = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def server(
+    tmp_path_factory: pytest.TempPathFactory, django_db_setup: None, engine: Any
+) -> Iterator[Server]:
+    # The server derives a sandbox's access token from the same secret as the tests.
+    with served(tmp_path_factory.mktemp("envd"), BOXYARD_SECRET_KEY=settings.SECRET_KEY) as running:
+        yield running
+
+
+@pytest.fixture
+def sandbox(server: Server, docker_engine: Any, make_pipeline: Any) -> EnvdSandbox:
+    return sdk_sandbox(server, make_pipeline(slug="agents", workspace_mb=256))
+
+
+def test_text_and_bytes_at_home_are_the_workspaces_files(sandbox: EnvdSandbox) -> None:
+    info = sandbox.files.write("/home/user/notes/a.txt", "hello")
+    assert (info.name, info.path) == ("a.txt", "/home/user/notes/a.txt")
+    assert sandbox.files.read("notes/a.txt") == "hello"
+    sandbox.files.write("b.bin", b"\x00\xff\x10")
+    assert bytes(sandbox.files.read("/home/user/b.bin", format="bytes")) == b"\x00\xff\x10"
+    # The workspace's own file, as a command sees it, under either name.
+    run = sandbox.commands.run("cat /workspace/notes/a.txt; cat notes/a.txt")
+    assert run.stdout == "hellohello"
+    written = Event.objects.filter(sandbox_id=sandbox.sandbox_id, action="file.written")
+    assert {event.detail["path"] for event in written} >= {"/workspace/notes/a.txt"}
+
+
+def test_several_files_at_once_listed_with_depth(sandbox: EnvdSandbox) -> None:
+    infos = sandbox.files.write_files(
+        [
+            {"path": "/home/user/src/a.py", "data": "print(1)"},
+            {"path": "src/pkg/b.py", "data": b"print(2)"},
+            {"path": "top.txt", "data": io.BytesIO(b"top")},
+        ]
+    )
+    assert [info.path for info in infos] == [
+        "/home/user/src/a.py",
+        "/home/user/src/pkg/b.py",
+        "/home/user/top.txt",
+    ]
+    shallow = {entry.path: entry for entry in sandbox.files.list("/home/user/src")}
+    assert set(shallow) == {"/home/user/src/a.py", "/home/user/src/pkg"}
+    assert shallow["/home/user/src/pkg"].type == FileType.DIR
+    assert shallow["/home/user/src/a.py"].size == 8
+    deep = {entry.path for entry in sandbox.files.list("/home/user/src", depth=2)}
+    assert deep == {"/home/user/src/a.py", "/home/user/src/pkg", "/home/user/src/pkg/b.py"}
+    info = sandbox.files.get_info("/home/user/top.txt")
+    assert (info.type, info.size, info.path) == (FileType.FILE, 3, "/home/user/top.txt")
+
+
+def test_make_dir_rename_remove_exists(sandbox: EnvdSandbox) -> None:
+    assert sandbox.files.make_dir("/home/user/d/e") is True
+    assert sandbox.files.make_dir("d/e") is False  # there already: the SDK's False
+    assert sandbox.files.get_info("d").type == FileType.DIR
+    sandbox.files.write("d/e/f.txt", "x")
+    moved = sandbox.files.rename("d/e/f.txt", "/home/user/g.txt")
+    assert moved.path == "/home/user/g.txt"
+    assert not sandbox.files.exists("d/e/f.txt")
+    assert sandbox.files.exists("g.txt") and sandbox.files.read("g.txt") == "x"
+    sandbox.files.remove("/home/user/d")
+    assert not sandbox.files.exists("d")
+    assert sandbox.commands.run("ls /workspace").stdout.split() == ["g.txt"]
+
+
+def test_64_mib_stream_both_ways_and_the_quota_refuses(sandbox: EnvdSandbox) -> None:
+    block = hashlib.sha256(b"seed").digest() * (MIB // 32)
+    data = block * 64
+    sandbox.files.write("big.bin", io.BytesIO(data))
+    hashed = hashlib.sha256()
+    size = 0
+    for piece in sandbox.files.read("big.bin", format="stream"):
+        hashed.update(piece)
+        size += len(piece)
+    assert (size, hashed.hexdigest()) == (64 * MIB, hashlib.sha256(data).hexdigest())
+    # Past the workspace's 256 MiB: refused before its first byte, nothing left behind.
+    with pytest.raises(NotEnoughSpaceException):
+        sandbox.files.write("huge.bin", io.BytesIO(block * 300))
+    assert not sandbox.files.exists("huge.bin")
+
+
+def test_watch_dir_sees_creates_writes_and_removes(sandbox: EnvdSandbox) -> None:
+    sandbox.files.make_dir("w")
+    handle = sandbox.files.watch_dir("/home/user/w", recursive=True)
+    try:
+        sandbox.files.write("w/new.txt", "1")
+        seen: list[tuple[str, FilesystemEventType]] = []
+
+        def has(name: str, kind: FilesystemEventType) -> bool:
+            seen.extend((event.name, event.type) for event in handle.get_new_events())
+            return (name, kind) in seen
+
+        wait_for(lambda: has("new.txt", FilesystemEventType.CREATE), 20, lambda: str(seen))
+        sandbox.files.remove("w/new.txt")
+        wait_for(lambda: has("new.txt", FilesystemEventType.REMOVE), 20, lambda: str(seen))
+    finally:
+        handle.stop()
