@@ -7,12 +7,14 @@ import io
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 from django.conf import settings
 from e2b import FileType
 from e2b.exceptions import NotEnoughSpaceException
 from e2b.sandbox.filesystem.watch_handle import FilesystemEventType
 
+from sandboxes.e2b.common import envd_token
 from sandboxes.models import Event
 from tests.conftest import wait_for
 from tests.e2b.envd import EnvdSandbox, sdk_sandbox
@@ -119,3 +121,25 @@ def test_watch_dir_sees_creates_writes_and_removes(sandbox: EnvdSandbox) -> None
         wait_for(lambda: has("new.txt", FilesystemEventType.REMOVE), 20, lambda: str(seen))
     finally:
         handle.stop()
+
+
+def test_a_raw_body_is_one_file_and_a_body_without_its_size_is_refused(
+    server: Server, sandbox: EnvdSandbox
+) -> None:
+    headers = {
+        "E2b-Sandbox-Id": sandbox.sandbox_id,
+        "X-Access-Token": envd_token(sandbox.sandbox_id),
+        "Content-Type": "application/octet-stream",
+    }
+    url = f"{server.url}/e2b/sandbox/files"
+    raw = httpx.post(url, params={"path": "raw/one.bin"}, content=b"abc", headers=headers)
+    assert raw.status_code == 200, raw.text
+    assert raw.json() == [{"name": "one.bin", "type": "file", "path": "/home/user/raw/one.bin"}]
+    assert sandbox.files.read("raw/one.bin") == "abc"
+    chunked = httpx.post(
+        url, params={"path": "raw/two.bin"}, content=iter([b"a", b"b"]), headers=headers
+    )
+    assert chunked.status_code == 411 and chunked.json()["code"] == 411
+    assert not sandbox.files.exists("raw/two.bin")
+    nameless = httpx.post(url, content=b"abc", headers=headers)
+    assert nameless.status_code == 400 and "path" in nameless.json()["message"]

@@ -10,15 +10,14 @@ plain HTTP routes `/files` and `/health`.
 """
 
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from urllib.parse import parse_qsl
+from collections.abc import Mapping
 
-from boxyard.actors import Actor
 from boxyard.errors import BoxyardError
 from boxyard.slots import CALLER
 from boxyard.threads import in_pool
 from sandboxes.e2b.common import envd_token_matches
+from sandboxes.e2b.envd import files, filesystem, process
+from sandboxes.e2b.envd.calls import Call, Handler, actor_for
 from sandboxes.e2b.envd.connect import (
     STATUSES,
     ConnectError,
@@ -41,36 +40,6 @@ def serves(path: str) -> bool:
     return path == PREFIX or path.startswith(PREFIX + "/")
 
 
-@dataclass(frozen=True)
-class Call:
-    """One request to a sandbox's envd: the sandbox, who acts (the sandbox's pipeline through
-    this door) and the request's ASGI parts."""
-
-    sandbox: Sandbox
-    actor: Actor
-    scope: Scope
-    receive: Receive
-    send: Send
-
-    @property
-    def query(self) -> dict[str, str]:
-        return dict(parse_qsl(self.scope.get("query_string", b"").decode("latin-1")))
-
-    def header(self, name: bytes) -> str | None:
-        for key, value in self.scope.get("headers", ()):
-            if key == name:
-                return str(value.decode("latin-1"))
-        return None
-
-
-Handler = Callable[[Call], Awaitable[None]]
-
-
-def actor_for(sandbox: Sandbox) -> Actor:
-    """Who acts through this door: the sandbox's pipeline's bot, named as the E2B API's."""
-    return Actor("bot", f"{sandbox.pipeline.slug}/e2b")
-
-
 def _sandbox(sandbox_id: uuid.UUID) -> Sandbox | None:
     return (
         Sandbox.objects.select_related("pipeline")
@@ -84,8 +53,6 @@ class EnvdApplication:
     """`/e2b/sandbox/...`: the sandbox named and its token checked, then the route's handler."""
 
     def __init__(self) -> None:
-        from sandboxes.e2b.envd import files, filesystem, process
-
         self.routes: dict[tuple[str, str], Handler] = {
             ("GET", "/health"): files.health,
             ("GET", "/files"): files.download,
@@ -145,9 +112,3 @@ async def _refuse(send: Send, error: ConnectError, *, rpc: bool, enveloped: bool
         return
     status = STATUSES.get(error.code, 400)
     await send_unary(send, {"code": status, "message": error.message}, status)
-
-
-async def refuse_plain(send: Send, error: BoxyardError) -> None:
-    """An error of `/files` once its handler runs, with Boxyard's own status (the SDK knows
-    507, the workspace full, as its own)."""
-    await send_unary(send, {"code": error.status, "message": error.message}, error.status)

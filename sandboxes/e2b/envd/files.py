@@ -22,7 +22,7 @@ from boxyard.threads import in_pool, pulled
 from config.bodies import StreamedBody
 from sandboxes import services
 from sandboxes.e2b.envd import paths
-from sandboxes.e2b.envd.app import Call, refuse_plain
+from sandboxes.e2b.envd.calls import Call, refuse_plain
 from sandboxes.e2b.envd.connect import Message
 
 _BOUNDARY = re.compile(r'boundary="?([^";]+)"?', re.IGNORECASE)

@@ -21,7 +21,7 @@ from boxyard.errors import BoxyardError
 from boxyard.threads import in_pool
 from sandboxes import services
 from sandboxes.e2b.envd import paths
-from sandboxes.e2b.envd.app import Call
+from sandboxes.e2b.envd.calls import Call, until_gone
 from sandboxes.e2b.envd.connect import (
     ConnectError,
     Message,
@@ -173,8 +173,6 @@ def _watched(request: Message) -> tuple[str, bool]:
 
 
 async def watch_dir(call: Call) -> None:
-    from sandboxes.e2b.envd.process import until_gone
-
     target, recursive = _watched(await read_request(call.scope, call.receive))
     before = await in_pool(_snapshot, call, target, recursive)
     stream = Stream(call.send)

@@ -13,13 +13,12 @@ import asyncio
 import base64
 from collections.abc import AsyncIterator
 from typing import Any
-from uuid import UUID
 
 from boxyard.errors import BoxyardError
 from boxyard.threads import in_pool
 from sandboxes import services
 from sandboxes.e2b.envd import paths, pty
-from sandboxes.e2b.envd.app import Call
+from sandboxes.e2b.envd.calls import Call, until_gone
 from sandboxes.e2b.envd.connect import (
     Body,
     ConnectError,
@@ -30,19 +29,12 @@ from sandboxes.e2b.envd.connect import (
     read_request,
     send_unary,
 )
+from sandboxes.e2b.envd.outputs import ended, event, pid_of
 from sandboxes.models import Exec, ExecState
 
 TAG_VARIABLE = "E2B_PROCESS_TAG"
-_PID_BASE = 1000
-_PID_RANGE = 2**31 - _PID_BASE
 _SIGNALS = {"SIGNAL_SIGKILL": "KILL", "SIGNAL_SIGTERM": "TERM", 9: "KILL", 15: "TERM"}
 _LOGIN_SHELLS = ("/bin/bash", "bash", "/bin/sh", "sh")
-
-
-def pid_of(exec_id: UUID) -> int:
-    """The E2B pid of an exec: a number of its id, unique in a sandbox for any practical count
-    of processes."""
-    return _PID_BASE + exec_id.int % _PID_RANGE
 
 
 def _running(call: Call) -> list[Exec]:
@@ -135,9 +127,9 @@ async def _follow(call: Call, record: Exec) -> None:
     """The exec's events as Connect messages until its end, the client's leaving, or the
     call's deadline (`Connect-Timeout-Ms`)."""
     stream = Stream(call.send)
-    await stream.message(_event("start", {"pid": pid_of(record.pk)}))
+    await stream.message(event("start", {"pid": pid_of(record.pk)}))
     try:
-        async with asyncio.timeout(_deadline(call)):
+        async with asyncio.timeout(call.deadline()):
             await until_gone(call, _relay(stream, services.exec_events(record, 0)))
     except TimeoutError:
         await stream.end(ConnectError("deadline_exceeded", "the call's timeout passed"))
@@ -149,60 +141,19 @@ async def _follow(call: Call, record: Exec) -> None:
 
 
 async def _relay(stream: Stream, events: AsyncIterator[dict[str, Any]]) -> None:
-    async for event in events:
-        kind = event["event"]
+    async for said in events:
+        kind = said["event"]
         if kind == "chunk":
-            data = base64.b64encode(event["text"].encode()).decode()
-            await stream.message(_event("data", {event["stream"]: data}))
+            data = base64.b64encode(said["text"].encode()).decode()
+            await stream.message(event("data", {said["stream"]: data}))
         elif kind == "keepalive":
-            await stream.message(_event("keepalive", {}))
+            await stream.message(event("keepalive", {}))
         elif kind == "exit":
-            await stream.message(_event("end", ended(event.get("exit_code"), event)))
+            await stream.message(event("end", ended(said.get("exit_code"), said)))
             return
         elif kind == "gone":
-            await stream.message(_event("end", ended(None, event)))
+            await stream.message(event("end", ended(None, said)))
             return
-
-
-def ended(exit_code: object, event: dict[str, Any]) -> Message:
-    """An EndEvent: the exit code and status as envd words them."""
-    if event.get("killed"):
-        return {"exitCode": -1, "exited": False, "status": "signal: killed"}
-    if event.get("timed_out"):
-        return {"exitCode": -1, "exited": False, "status": "signal: killed", "error": "timed out"}
-    if not isinstance(exit_code, int):
-        reason = str(event.get("reason") or "the sandbox's agent went away")
-        return {"exitCode": -1, "exited": False, "status": "unknown", "error": reason}
-    return {"exitCode": exit_code, "exited": True, "status": f"exit status {exit_code}"}
-
-
-def _event(kind: str, body: Message) -> Message:
-    return {"event": {kind: body}}
-
-
-def _deadline(call: Call) -> float | None:
-    said = call.header(b"connect-timeout-ms")
-    return int(said) / 1000 if said and said.isdigit() and int(said) > 0 else None
-
-
-async def until_gone(call: Call, work: Any) -> None:
-    """Run `work` (a coroutine) until it ends or the client goes away."""
-    task = asyncio.ensure_future(work)
-    gone = asyncio.ensure_future(_disconnected(call))
-    try:
-        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        gone.cancel()
-        if not task.done():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-    if task.done() and not task.cancelled():
-        task.result()
-
-
-async def _disconnected(call: Call) -> None:
-    while (await call.receive())["type"] != "http.disconnect":
-        pass
 
 
 def _list(call: Call) -> Message:

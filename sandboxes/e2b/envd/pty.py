@@ -17,7 +17,9 @@ from uuid import UUID
 from boxyard.errors import BoxyardError
 from boxyard.threads import in_pool
 from sandboxes.e2b.envd import paths
+from sandboxes.e2b.envd.calls import Call, until_gone
 from sandboxes.e2b.envd.connect import ConnectError, Message, Stream, from_boxyard
+from sandboxes.e2b.envd.outputs import ended, event, pid_of
 from sandboxes.models import Exec
 from sandboxes.runtime import Terminal
 from sandboxes.services import terminal as terminal_service
@@ -53,9 +55,7 @@ def _entry(record: Exec) -> _Pty:
     return entry
 
 
-async def start(call: Any, request: Message) -> None:
-    from sandboxes.e2b.envd.process import pid_of
-
+async def start(call: Call, request: Message) -> None:
     config = request.get("process") or {}
     size = (request.get("pty") or {}).get("size") or {}
     given = config.get("envs")
@@ -77,17 +77,15 @@ async def start(call: Any, request: Message) -> None:
     queue = _follow(entry)
     entry.pump = asyncio.create_task(_pump(entry, call.actor), name=f"e2b-pty-{record.pk}")
     stream = Stream(call.send)
-    await stream.message({"event": {"start": {"pid": pid_of(record.pk)}}})
+    await stream.message(event("start", {"pid": pid_of(record.pk)}))
     await _relay(call, entry, queue, stream)
 
 
-async def connect(call: Any, record: Exec) -> None:
-    from sandboxes.e2b.envd.process import pid_of
-
+async def connect(call: Call, record: Exec) -> None:
     entry = _entry(record)
     queue = _follow(entry)
     stream = Stream(call.send)
-    await stream.message({"event": {"start": {"pid": pid_of(record.pk)}}})
+    await stream.message(event("start", {"pid": pid_of(record.pk)}))
     await _relay(call, entry, queue, stream)
 
 
@@ -98,14 +96,12 @@ def _follow(entry: _Pty) -> "asyncio.Queue[bytes | None]":
 
 
 async def _relay(
-    call: Any, entry: _Pty, queue: "asyncio.Queue[bytes | None]", stream: Stream
+    call: Call, entry: _Pty, queue: "asyncio.Queue[bytes | None]", stream: Stream
 ) -> None:
-    from sandboxes.e2b.envd.process import ended, until_gone
-
     async def relay() -> None:
         while (data := await queue.get()) is not None:
-            await stream.message({"event": {"data": {"pty": base64.b64encode(data).decode()}}})
-        await stream.message({"event": {"end": ended(entry.exit_code, {"reason": "closed"})}})
+            await stream.message(event("data", {"pty": base64.b64encode(data).decode()}))
+        await stream.message(event("end", ended(entry.exit_code, {"reason": "closed"})))
 
     try:
         await until_gone(call, relay())
