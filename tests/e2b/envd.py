@@ -23,6 +23,7 @@ API_KEY = "e2b_" + "0" * 40
 @dataclass
 class EnvdSandbox:
     sandbox_id: str
+    api: httpx.Client  # the SDK's client of envd's HTTP routes (/files, /health)
     commands: Commands
     files: Filesystem
     pty: Pty
@@ -44,6 +45,7 @@ def envd(server: Server, sandbox_id: str, token: str | None) -> EnvdSandbox:
     version = Version(ENVD_VERSION)
     return EnvdSandbox(
         sandbox_id,
+        api,
         Commands(url, config, version, api),
         Filesystem(url, version, config, api),
         Pty(url, config, version, api),

@@ -11,6 +11,7 @@ import pytest
 from django.conf import settings
 from django.test import Client
 from e2b import CommandExitException, PtySize
+from e2b.envd.api import check_sandbox_health
 from e2b.exceptions import AuthenticationException, NotFoundException
 
 from sandboxes.e2b.common import envd_token
@@ -90,9 +91,10 @@ def test_background_stdin_list_connect_and_kill(sandbox: EnvdSandbox) -> None:
     assert got.wait(20), lines
     listed = {process.pid: process for process in sandbox.commands.list()}
     assert handle.pid in listed and listed[handle.pid].cwd == "/home/user"
+    sandbox.commands.stream_input(handle.pid, ["a\n", b"b\n"])  # a client stream, in order
     sandbox.commands.close_stdin(handle.pid)
     waiting.join(20)
-    assert [(r.exit_code, r.stdout) for r in results] == [(0, "echo:hello\nbye\n")]
+    assert [(r.exit_code, r.stdout) for r in results] == [(0, "echo:hello\necho:a\necho:b\nbye\n")]
     assert handle.pid not in {process.pid for process in sandbox.commands.list()}
 
     sleeper = sandbox.commands.run("echo up; sleep 600", background=True)
@@ -148,7 +150,10 @@ def test_a_sandbox_opens_only_with_its_own_token(
         with pytest.raises(AuthenticationException):
             envd(server, mine, token).files.read("/home/user/x")
     assert not Exec.objects.filter(sandbox_id=mine).exists()
+    # The SDK's own health probe: running, and a sandbox it cannot find is not.
+    assert check_sandbox_health(envd(server, mine, envd_token(mine)).api) is True
     unknown = str(uuid.uuid4())
+    assert check_sandbox_health(envd(server, unknown, envd_token(unknown)).api) is False
     with pytest.raises(NotFoundException):
         envd(server, unknown, envd_token(unknown)).commands.run("true")
     with pytest.raises(NotFoundException):

@@ -81,6 +81,11 @@ class EnvdApplication:
         except BoxyardError as error:
             await _refuse(send, from_boxyard(error), rpc=rpc, enveloped=enveloped)
         except ConnectError as error:
+            if path == "/health" and error.code == "not_found":
+                # The SDK's `is_running` reads a sandbox that "was not found" as not running.
+                error = ConnectError("unavailable", f"{error.message}: it was not found")
+                await send_unary(send, {"code": 502, "message": error.message}, 502)
+                return
             await _refuse(send, error, rpc=rpc, enveloped=enveloped)
 
     async def _authenticate(self, scope: Scope) -> Sandbox:

@@ -23,20 +23,23 @@ from config.bodies import StreamedBody
 from sandboxes import services
 from sandboxes.e2b.envd import paths
 from sandboxes.e2b.envd.calls import Call, refuse_plain
-from sandboxes.e2b.envd.connect import Message
+from sandboxes.e2b.envd.connect import Message, send_unary
 
 _BOUNDARY = re.compile(r'boundary="?([^";]+)"?', re.IGNORECASE)
 _FILENAME = re.compile(rb'filename="((?:[^"\\]|\\.)*)"', re.IGNORECASE)
 
 
 async def health(call: Call) -> None:
-    """204 while the sandbox runs (the SDK's `is_running`), 502 when it does not (its
-    word for a sandbox that is not running)."""
-    running = call.sandbox.state == "running"
-    status = 204 if running else 502
-    headers = [(b"content-length", b"0")]
-    await call.send({"type": "http.response.start", "status": status, "headers": headers})
-    await call.send({"type": "http.response.body", "body": b""})
+    """204 while the sandbox runs; else 502 saying it "was not found", the words by which the
+    SDK's `is_running` tells a sandbox that is not running."""
+    if call.sandbox.state == "running":
+        await call.send(
+            {"type": "http.response.start", "status": 204, "headers": [(b"content-length", b"0")]}
+        )
+        await call.send({"type": "http.response.body", "body": b""})
+        return
+    said = f"sandbox {call.sandbox.pk} was not found running (it is {call.sandbox.state})"
+    await send_unary(call.send, {"code": 502, "message": said}, 502)
 
 
 async def download(call: Call) -> None:
