@@ -64,7 +64,11 @@ def pieces(request: Any, size: int = PART_BYTES) -> Iterator[bytes]:
 def content_length(request: HttpRequest) -> int:
     """The upload's size, which it must say first: a write is refused before its first byte
     when it cannot fit, and an upload that ends short is told from a complete one."""
-    text = request.headers.get("Content-Length")
+    return declared_length(request.headers.get("Content-Length"))
+
+
+def declared_length(text: str | None) -> int:
+    """`content_length` of a Content-Length header's value, however it was read."""
     if text is None:
         raise LengthRequired(
             N_("send the file's size as Content-Length (a chunked body is refused)")

@@ -4,11 +4,9 @@ page as a bot API command is."""
 
 import threading
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.conf import settings
 from django.test import Client
 from e2b import CommandExitException, PtySize
 from e2b.envd.api import check_sandbox_health
@@ -17,24 +15,10 @@ from e2b.exceptions import AuthenticationException, NotFoundException
 from sandboxes.e2b.common import envd_token
 from sandboxes.models import Exec, ExecState
 from tests.conftest import wait_for
-from tests.e2b.envd import EnvdSandbox, envd, open_sandbox, sdk_sandbox
-from tests.servers import Server, served
+from tests.e2b.envd import EnvdSandbox, envd, open_sandbox
+from tests.servers import Server
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture(scope="module")
-def server(
-    tmp_path_factory: pytest.TempPathFactory, django_db_setup: None, engine: Any
-) -> Iterator[Server]:
-    # The server derives a sandbox's access token from the same secret as the tests.
-    with served(tmp_path_factory.mktemp("envd"), BOXYARD_SECRET_KEY=settings.SECRET_KEY) as running:
-        yield running
-
-
-@pytest.fixture
-def sandbox(server: Server, docker_engine: Any, make_pipeline: Any) -> EnvdSandbox:
-    return sdk_sandbox(server, make_pipeline(slug="agents"))
 
 
 def test_a_command_runs_in_the_foreground_in_home_and_is_a_boxyard_exec(

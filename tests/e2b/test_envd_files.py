@@ -4,12 +4,9 @@ within the workspace's quota."""
 
 import hashlib
 import io
-from collections.abc import Iterator
-from typing import Any
 
 import httpx
 import pytest
-from django.conf import settings
 from e2b import FileType
 from e2b.exceptions import NotEnoughSpaceException
 from e2b.sandbox.filesystem.watch_handle import FilesystemEventType
@@ -17,26 +14,12 @@ from e2b.sandbox.filesystem.watch_handle import FilesystemEventType
 from sandboxes.e2b.common import envd_token
 from sandboxes.models import Event
 from tests.conftest import wait_for
-from tests.e2b.envd import EnvdSandbox, sdk_sandbox
-from tests.servers import Server, served
+from tests.e2b.envd import EnvdSandbox
+from tests.servers import Server
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
 
 MIB = 1024 * 1024
-
-
-@pytest.fixture(scope="module")
-def server(
-    tmp_path_factory: pytest.TempPathFactory, django_db_setup: None, engine: Any
-) -> Iterator[Server]:
-    # The server derives a sandbox's access token from the same secret as the tests.
-    with served(tmp_path_factory.mktemp("envd"), BOXYARD_SECRET_KEY=settings.SECRET_KEY) as running:
-        yield running
-
-
-@pytest.fixture
-def sandbox(server: Server, docker_engine: Any, make_pipeline: Any) -> EnvdSandbox:
-    return sdk_sandbox(server, make_pipeline(slug="agents", workspace_mb=256))
 
 
 def test_text_and_bytes_at_home_are_the_workspaces_files(sandbox: EnvdSandbox) -> None:

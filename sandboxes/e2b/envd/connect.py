@@ -217,6 +217,21 @@ class Stream:
             {"type": "http.response.body", "body": envelope(message), "more_body": True}
         )
 
+    async def run(self, work: Awaitable[None], deadline: float | None = None) -> None:
+        """Run `work` (which sends the stream's messages) within `deadline` seconds, then end
+        the stream: cleanly, or with the error that stopped it."""
+        try:
+            async with asyncio.timeout(deadline):
+                await work
+        except TimeoutError:
+            await self.end(ConnectError("deadline_exceeded", "the call's timeout passed"))
+        except BoxyardError as error:
+            await self.end(from_boxyard(error))
+        except ConnectError as error:
+            await self.end(error)
+        else:
+            await self.end()
+
     async def end(self, error: ConnectError | None = None) -> None:
         await self._start()
         trailer: Message = {}

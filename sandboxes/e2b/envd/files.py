@@ -17,9 +17,9 @@ from collections.abc import Iterator
 
 from django.conf import settings
 
-from boxyard.errors import N_, BoxyardError, InvalidInput, LengthRequired
+from boxyard.errors import N_, BoxyardError, InvalidInput
 from boxyard.threads import in_pool, pulled
-from config.bodies import StreamedBody
+from config.bodies import StreamedBody, declared_length
 from sandboxes import services
 from sandboxes.e2b.envd import paths
 from sandboxes.e2b.envd.calls import Call, refuse_plain
@@ -86,20 +86,9 @@ async def upload(call: Call) -> None:
     await call.send({"type": "http.response.body", "body": data})
 
 
-def _length(call: Call) -> int:
-    said = call.header(b"content-length")
-    if said is None:
-        raise LengthRequired(
-            N_("send the file's size as Content-Length (a chunked body is refused)")
-        )
-    if not said.isdigit():
-        raise InvalidInput("Content-Length", N_("%(text)r is not a size in bytes", text=said[:40]))
-    return int(said)
-
-
 def _upload(call: Call, body: StreamedBody) -> list[Message]:
     """Every file of the body written, in order: what envd answers (name, type, path)."""
-    length = _length(call)
+    length = declared_length(call.header(b"content-length"))
     kind = call.header(b"content-type") or "application/octet-stream"
     named = call.query.get("path")
     if not kind.lower().startswith("multipart/"):

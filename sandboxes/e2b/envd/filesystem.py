@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from uuid import UUID
 
-from boxyard.errors import BoxyardError
 from boxyard.threads import in_pool
 from sandboxes import services
 from sandboxes.e2b.envd import paths
@@ -26,7 +25,6 @@ from sandboxes.e2b.envd.connect import (
     ConnectError,
     Message,
     Stream,
-    from_boxyard,
     invalid,
     read_request,
     send_unary,
@@ -193,15 +191,7 @@ async def watch_dir(call: Call) -> None:
                 await stream.message({"keepalive": {}})
                 quiet = 0.0
 
-    try:
-        await until_gone(call, watch())
-    except BoxyardError as error:
-        await stream.end(from_boxyard(error))
-        return
-    except ConnectError as error:
-        await stream.end(error)
-        return
-    await stream.end()
+    await stream.run(until_gone(call, watch()))
 
 
 @dataclass

@@ -9,12 +9,10 @@ background for Boxyard, whether the SDK waits for it or not, and the stream foll
 end: leaving the stream leaves it running, as E2B's does.
 """
 
-import asyncio
 import base64
 from collections.abc import AsyncIterator
 from typing import Any
 
-from boxyard.errors import BoxyardError
 from boxyard.threads import in_pool
 from sandboxes import services
 from sandboxes.e2b.envd import paths, pty
@@ -24,7 +22,6 @@ from sandboxes.e2b.envd.connect import (
     ConnectError,
     Message,
     Stream,
-    from_boxyard,
     invalid,
     read_request,
     send_unary,
@@ -128,16 +125,8 @@ async def _follow(call: Call, record: Exec) -> None:
     call's deadline (`Connect-Timeout-Ms`)."""
     stream = Stream(call.send)
     await stream.message(event("start", {"pid": pid_of(record.pk)}))
-    try:
-        async with asyncio.timeout(call.deadline()):
-            await until_gone(call, _relay(stream, services.exec_events(record, 0)))
-    except TimeoutError:
-        await stream.end(ConnectError("deadline_exceeded", "the call's timeout passed"))
-        return
-    except BoxyardError as error:
-        await stream.end(from_boxyard(error))
-        return
-    await stream.end()
+    work = until_gone(call, _relay(stream, services.exec_events(record, 0)))
+    await stream.run(work, call.deadline())
 
 
 async def _relay(stream: Stream, events: AsyncIterator[dict[str, Any]]) -> None:
@@ -203,25 +192,21 @@ async def close_stdin(call: Call) -> None:
 
 async def stream_input(call: Call) -> None:
     """A client stream: a start naming the process, then its input, in order."""
-    selector: object = None
     stream = Stream(call.send)
-    try:
+
+    async def take() -> None:
+        selector: object = None
         async for message in Body(call.receive).messages():
-            event = message.get("event", message)
-            if "start" in event:
-                selector = (event["start"] or {}).get("process")
-            elif "data" in event:
+            said = message.get("event", message)
+            if "start" in said:
+                selector = (said["start"] or {}).get("process")
+            elif "data" in said:
                 if selector is None:
                     raise invalid("event", "start the stream by naming the process")
-                await in_pool(_write, call, selector, (event["data"] or {}).get("input"))
-    except BoxyardError as error:
-        await stream.end(from_boxyard(error))
-        return
-    except ConnectError as error:
-        await stream.end(error)
-        return
-    await stream.message({})
-    await stream.end()
+                await in_pool(_write, call, selector, (said["data"] or {}).get("input"))
+        await stream.message({})
+
+    await stream.run(take())
 
 
 def _signal(call: Call, request: Message) -> None:

@@ -104,10 +104,9 @@ async def _relay(
         await stream.message(event("end", ended(entry.exit_code, {"reason": "closed"})))
 
     try:
-        await until_gone(call, relay())
+        await stream.run(until_gone(call, relay()))
     finally:
         entry.followers.discard(queue)
-    await stream.end()
 
 
 async def _pump(entry: _Pty, actor: Any) -> None:
