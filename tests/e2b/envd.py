@@ -6,7 +6,10 @@ from dataclasses import dataclass
 
 import httpx
 from e2b import ConnectionConfig
+from e2b.api.client_async import get_envd_api as get_async_envd_api
 from e2b.api.client_sync import get_envd_api
+from e2b.sandbox_async.commands.command import Commands as AsyncCommands
+from e2b.sandbox_async.filesystem.filesystem import Filesystem as AsyncFilesystem
 from e2b.sandbox_sync.commands.command import Commands
 from e2b.sandbox_sync.commands.pty import Pty
 from e2b.sandbox_sync.filesystem.filesystem import Filesystem
@@ -68,3 +71,32 @@ def open_sandbox(server: Server, pipeline: Pipeline, chat: dict[str, str] = CHAT
 def sdk_sandbox(server: Server, pipeline: Pipeline) -> EnvdSandbox:
     sandbox_id = open_sandbox(server, pipeline)
     return envd(server, sandbox_id, envd_token(sandbox_id))
+
+
+@dataclass
+class AsyncEnvdSandbox:
+    sandbox_id: str
+    commands: AsyncCommands
+    files: AsyncFilesystem
+
+
+def async_envd(server: Server, sandbox_id: str) -> AsyncEnvdSandbox:
+    """The async SDK's clients of one sandbox (which watch a directory by a stream)."""
+    config = ConnectionConfig(
+        sandbox_url=f"{server.url}/e2b/sandbox",
+        api_key=API_KEY,
+        extra_sandbox_headers={
+            "E2b-Sandbox-Id": sandbox_id,
+            "E2b-Sandbox-Port": "49983",
+            "X-Access-Token": envd_token(sandbox_id),
+        },
+        request_timeout=60,
+    )
+    url = config.get_sandbox_url(sandbox_id, "")
+    api = get_async_envd_api(config, url)
+    version = Version(ENVD_VERSION)
+    return AsyncEnvdSandbox(
+        sandbox_id,
+        AsyncCommands(url, config, version, api),
+        AsyncFilesystem(url, version, config, api),
+    )

@@ -10,10 +10,12 @@ import pytest
 from django.test import Client
 from e2b import CommandExitException, PtySize
 from e2b.envd.api import check_sandbox_health
-from e2b.exceptions import AuthenticationException, NotFoundException
+from e2b.exceptions import AuthenticationException, NotFoundException, SandboxException
 
+from sandboxes import services
 from sandboxes.e2b.common import envd_token
-from sandboxes.models import Exec, ExecState
+from sandboxes.models import Exec, ExecState, Sandbox
+from sandboxes.services import Actor
 from tests.conftest import wait_for
 from tests.e2b.envd import EnvdSandbox, envd, open_sandbox
 from tests.servers import Server
@@ -142,3 +144,14 @@ def test_a_sandbox_opens_only_with_its_own_token(
         envd(server, unknown, envd_token(unknown)).commands.run("true")
     with pytest.raises(NotFoundException):
         envd(server, unknown, envd_token(unknown)).commands.list()
+
+
+def test_an_admins_takeover_refuses_the_sdks_changes(sandbox: EnvdSandbox) -> None:
+    row = Sandbox.objects.get(pk=sandbox.sandbox_id)
+    services.takeover_lease(row, Actor.admin("alice"), reason="looking into it")
+    with pytest.raises(SandboxException, match="taken over"):
+        sandbox.commands.run("touch /home/user/nope")
+    with pytest.raises(SandboxException, match="taken over"):
+        sandbox.files.write("nope.txt", "x")
+    assert not Exec.objects.filter(sandbox_id=sandbox.sandbox_id).exists()
+    assert sandbox.files.exists("nope.txt") is False  # a read is no change: it still answers

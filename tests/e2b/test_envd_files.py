@@ -2,6 +2,7 @@
 is the workspace, every call is Boxyard's file service, and a 64 MiB file streams both ways
 within the workspace's quota."""
 
+import asyncio
 import hashlib
 import io
 
@@ -13,8 +14,8 @@ from e2b.sandbox.filesystem.watch_handle import FilesystemEventType
 
 from sandboxes.e2b.common import envd_token
 from sandboxes.models import Event
-from tests.conftest import wait_for
-from tests.e2b.envd import EnvdSandbox
+from tests.conftest import until, wait_for
+from tests.e2b.envd import EnvdSandbox, async_envd
 from tests.servers import Server
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
@@ -126,3 +127,24 @@ def test_a_raw_body_is_one_file_and_a_body_without_its_size_is_refused(
     assert not sandbox.files.exists("raw/two.bin")
     nameless = httpx.post(url, content=b"abc", headers=headers)
     assert nameless.status_code == 400 and "path" in nameless.json()["message"]
+
+
+def test_the_async_sdk_watches_by_a_stream_and_runs_commands(
+    server: Server, sandbox: EnvdSandbox
+) -> None:
+    async def scenario() -> None:
+        sdk = async_envd(server, sandbox.sandbox_id)
+        await sdk.files.make_dir("/home/user/live")
+        seen: list[tuple[str, FilesystemEventType]] = []
+        handle = await sdk.files.watch_dir(
+            "/home/user/live", on_event=lambda e: seen.append((e.name, e.type))
+        )
+        try:
+            await sdk.files.write("live/a.txt", "1")
+            await until(lambda: ("a.txt", FilesystemEventType.CREATE) in seen, 20)
+        finally:
+            await handle.stop()
+        result = await sdk.commands.run("cat live/a.txt; pwd")
+        assert result.stdout == "1/home/user\n"
+
+    asyncio.run(scenario())
