@@ -6,6 +6,7 @@ import threading
 import uuid
 from typing import Any
 
+import httpx
 import pytest
 from django.test import Client
 from e2b import CommandExitException, PtySize
@@ -136,6 +137,16 @@ def test_a_sandbox_opens_only_with_its_own_token(
         with pytest.raises(AuthenticationException):
             envd(server, mine, token).files.read("/home/user/x")
     assert not Exec.objects.filter(sandbox_id=mine).exists()
+    # Another port of the sandbox is none that this URL reaches, in the SDK's words for it.
+    other = httpx.get(
+        f"{server.url}/e2b/sandbox/health",
+        headers={
+            "E2b-Sandbox-Id": mine,
+            "E2b-Sandbox-Port": "8080",
+            "X-Access-Token": envd_token(mine),
+        },
+    )
+    assert other.status_code == 502 and "port is not open" in other.json()["message"]
     # The SDK's own health probe: running, and a sandbox it cannot find is not.
     assert check_sandbox_health(envd(server, mine, envd_token(mine)).api) is True
     unknown = str(uuid.uuid4())

@@ -34,6 +34,9 @@ from sandboxes.models import Sandbox, State
 PREFIX = "/e2b/sandbox"
 SANDBOX_HEADER = b"e2b-sandbox-id"
 TOKEN_HEADER = b"x-access-token"
+PORT_HEADER = b"e2b-sandbox-port"
+# The port envd listens on in an E2B sandbox; the SDKs name it on every call.
+ENVD_PORT = "49983"
 
 
 def serves(path: str) -> bool:
@@ -69,6 +72,13 @@ class EnvdApplication:
         rpc = "." in path.partition("/")[2].partition("/")[0]
         enveloped = rpc and streaming(scope)
         handler = self.routes.get((scope.get("method", ""), path))
+        port = dict(scope.get("headers", ())).get(PORT_HEADER, ENVD_PORT.encode())
+        if port.decode("latin-1").strip() != ENVD_PORT:
+            # Another port of the sandbox (a server of its own): none is reachable this way,
+            # said in the words by which the SDK tells a port that is not open.
+            said = f"the sandbox's port is not open: {port.decode('latin-1')[:10]}"
+            await send_unary(send, {"code": 502, "message": said}, 502)
+            return
         try:
             sandbox = await self._authenticate(scope)
             if handler is None:
