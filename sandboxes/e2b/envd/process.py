@@ -130,6 +130,9 @@ async def _follow(call: Call, record: Exec) -> None:
 
 
 async def _relay(stream: Stream, events: AsyncIterator[dict[str, Any]]) -> None:
+    """Output as data events; the end once the events are over, so that the exec's end is
+    recorded (and the process gone from `List`) when the client hears of it."""
+    end: Message | None = None
     async for said in events:
         kind = said["event"]
         if kind == "chunk":
@@ -138,11 +141,11 @@ async def _relay(stream: Stream, events: AsyncIterator[dict[str, Any]]) -> None:
         elif kind == "keepalive":
             await stream.message(event("keepalive", {}))
         elif kind == "exit":
-            await stream.message(event("end", ended(said.get("exit_code"), said)))
-            return
+            end = ended(said.get("exit_code"), said)
         elif kind == "gone":
-            await stream.message(event("end", ended(None, said)))
-            return
+            end = ended(None, said)
+    if end is not None:
+        await stream.message(event("end", end))
 
 
 def _list(call: Call) -> Message:
