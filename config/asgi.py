@@ -22,6 +22,7 @@ from django.http.request import split_domain_port, validate_host  # noqa: E402
 
 from config.gate import Gate  # noqa: E402
 from config.routing import websocket_urlpatterns  # noqa: E402
+from sandboxes.e2b.envd import app as envd  # noqa: E402
 from sandboxes.mcp.app import McpApplication, serves  # noqa: E402
 
 if TYPE_CHECKING:
@@ -106,17 +107,21 @@ def _secure(scope: Mapping[str, Any], headers: list[tuple[bytes, str]]) -> bool:
 
 
 class HttpRouter:
-    """`/mcp` to the MCP application, every other path to Django."""
+    """`/mcp` to the MCP application, `/e2b/sandbox` to the E2B sandbox API (envd), every
+    other path to Django."""
 
     def __init__(self, django: PooledASGIHandler, mcp: McpApplication) -> None:
         self.django = django
         self.mcp = mcp
+        self.envd = envd.EnvdApplication()
 
     async def __call__(
         self, scope: dict[str, Any], receive: "ASGIReceiveCallable", send: "ASGISendCallable"
     ) -> None:
         if serves(scope["path"]):
             await self.mcp(scope, receive, send)  # type: ignore[arg-type]  # the same ASGI callables
+        elif envd.serves(scope["path"]):
+            await self.envd(scope, receive, send)  # type: ignore[arg-type]  # the same ASGI callables
         else:
             await self.django(scope, receive, send)  # type: ignore[arg-type]  # the same ASGI callables
 

@@ -27,11 +27,14 @@ from boxyard.threads import waiting
 Receive = Callable[[], Awaitable[Mapping[str, Any]]]
 
 # (method, path) of the routes whose view reads its body as a stream: the bot API's uploads,
-# an upload link's, and the dashboard's file browser's.
+# an upload link's, and the dashboard's file browser's; and every call of the E2B sandbox API
+# (its uploads, its client streams), which reads its bodies itself once the sandbox's token
+# is checked (`sandboxes.e2b.envd`).
 STREAMED = (
     ("PUT", re.compile(r"/api/v1/sandboxes/[^/]+/files/(?:raw|archive)")),
     ("PUT", re.compile(r"/links/[^/]+")),
     ("PUT", re.compile(r"/sandboxes/[^/]+/files/upload")),
+    ("POST", re.compile(r"/e2b/sandbox/.+")),
 )
 
 PART_BYTES = 1024 * 1024
@@ -61,7 +64,11 @@ def pieces(request: Any, size: int = PART_BYTES) -> Iterator[bytes]:
 def content_length(request: HttpRequest) -> int:
     """The upload's size, which it must say first: a write is refused before its first byte
     when it cannot fit, and an upload that ends short is told from a complete one."""
-    text = request.headers.get("Content-Length")
+    return declared_length(request.headers.get("Content-Length"))
+
+
+def declared_length(text: str | None) -> int:
+    """`content_length` of a Content-Length header's value, however it was read."""
     if text is None:
         raise LengthRequired(
             N_("send the file's size as Content-Length (a chunked body is refused)")

@@ -155,6 +155,44 @@ fi
 """
 )
 
+# argv: path. Exits EXISTS when something is there already; the deepest existing ancestor,
+# symlinks resolved, must be inside the workspace.
+MKDIR = (
+    _INSIDE
+    + r"""
+p=$1
+{ [ -e "$p" ] || [ -L "$p" ]; } && exit 206
+a=$p; while [ ! -e "$a" ] && [ ! -L "$a" ]; do a=${a%/*}; done
+r=$(realpath "$a" 2>/dev/null) || exit 202
+inside "$r" || exit 203
+[ -d "$r" ] || exit 208
+mkdir -p "$p" || exit 204
+"""
+)
+
+# argv: source destination. The source's directory and the destination's nearest existing
+# ancestor, symlinks resolved, must be inside the workspace; the destination's parents are
+# made; a symlink at the source is moved, not followed.
+MOVE = (
+    _INSIDE
+    + r"""
+s=$1; d=$2
+[ -e "$s" ] || [ -L "$s" ] || exit 202
+sd=$(realpath "${s%/*}" 2>/dev/null) || exit 202
+inside "$sd" || exit 203
+t="$sd/${s##*/}"
+[ "$t" = /workspace ] && exit 203
+a=${d%/*}; while [ ! -e "$a" ] && [ ! -L "$a" ]; do a=${a%/*}; done
+r=$(realpath "$a" 2>/dev/null) || exit 202
+inside "$r" || exit 203
+mkdir -p "${d%/*}" || exit 204
+dd=$(realpath "${d%/*}" 2>/dev/null) || exit 202
+inside "$dd" || exit 203
+[ "$dd/${d##*/}" = /workspace ] && exit 203
+mv -f "$t" "$dd/${d##*/}" || exit 204
+"""
+)
+
 
 def sh(script: str, name: str, *args: str) -> list[str]:
     """argv running `script` with `sh -c`; `name` becomes $0 (shown in ps and errors)."""

@@ -12,8 +12,11 @@ from uuid import UUID
 
 from django.conf import settings
 
-# The envd version the sandbox API speaks; the SDK turns features on and off by it.
-ENVD_VERSION = "0.4.0"
+# The envd version the sandbox API speaks; the SDK turns features on and off by it. 0.5.2:
+# commands with stdin (0.3.0), the default user (0.4.0), closing stdin (0.5.2). Not yet 0.5.7,
+# whose SDK sends streamed uploads as chunked raw bodies that say no size, nor the file
+# metadata (0.6.2) and the watch events' entries (0.6.3) that come after it.
+ENVD_VERSION = "0.5.2"
 
 
 def envd_token(sandbox_id: UUID | str) -> str:

@@ -29,6 +29,7 @@ from sandboxes.services.execs import (
     start_exec,
     subscribe,
     wait_exec,
+    write_exec_stdin,
 )
 from sandboxes.services.files import (
     clean_link,
@@ -39,6 +40,8 @@ from sandboxes.services.files import (
     extract_archive,
     link_methods,
     list_files,
+    make_dir,
+    move_file,
     open_archive,
     open_file_stream,
     read_file,
@@ -113,8 +116,10 @@ __all__ = [
     "link_methods",
     "list_files",
     "list_sessions",
+    "make_dir",
     "move_all",
     "move_all_later",
+    "move_file",
     "move_later",
     "move_sandbox",
     "open_archive",
@@ -145,6 +150,7 @@ __all__ = [
     "wait_exec",
     "workspace_path",
     "workspace_usage",
+    "write_exec_stdin",
     "write_file",
     "write_stdin",
 ]

@@ -59,6 +59,9 @@ def workspace_labels(sandbox: Sandbox) -> dict[str, str]:
     return labels_for(**{LABEL_SANDBOX: str(sandbox.id)})
 
 
+HOME_ALIAS = "/home/user"
+
+
 def build_spec(
     sandbox: Sandbox,
     image_labels: dict[str, str],
@@ -75,7 +78,10 @@ def build_spec(
         target=WORKSPACE,
         no_copy=disk or not _image_owns_workspace(image_labels),
     )
-    mounts = (workspace, *_skill_mounts(pipeline))
+    # The same workspace where the E2B SDKs expect their user's home: a file written at
+    # /home/user/x is the workspace's x, and a command started there says so (`pwd`).
+    home = Mount(source=sandbox.volume_name, target=HOME_ALIAS, no_copy=True)
+    mounts = (workspace, home, *_skill_mounts(pipeline))
     labels = labels_for(
         **{
             LABEL_SANDBOX: str(sandbox.id),

@@ -26,13 +26,22 @@ MAX_SIZE = 500
 
 
 def open_terminal(
-    sandbox: Sandbox, actor: Actor, *, cols: int | None = 100, rows: int | None = 30
+    sandbox: Sandbox,
+    actor: Actor,
+    *,
+    cols: int | None = 100,
+    rows: int | None = 30,
+    holder: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> tuple[Terminal, Exec]:
-    """The terminal and its record. Raises LeaseBusy or TakenOver (take the sandbox over
-    first), InvalidState (not running) and the runtime's errors."""
+    """The terminal and its record, under the lease of `holder` (default: the actor itself,
+    an admin who took the sandbox over; a bot's door names the pipeline's holder), with `env`
+    on top of the sandbox's. Raises LeaseBusy or TakenOver (take the sandbox over first),
+    InvalidState (not running) and the runtime's errors."""
     cols, rows = _size(cols, rows)
     sandbox = booting.current(sandbox, actor)
-    with acting_on(sandbox, actor, N_("open a terminal"), holder=str(actor)) as acting:
+    holder = holder if holder is not None else str(actor)
+    with acting_on(sandbox, actor, N_("open a terminal"), holder=holder) as acting:
         locked, lease = acting.sandbox, acting.lease
         assert lease is not None
         record = Exec.objects.create(
@@ -54,6 +63,7 @@ def open_terminal(
         "HOME": "/workspace",
         "LANG": "C.UTF-8",
         **(locked.pipeline.env or {}),
+        **(env or {}),
     }
     # The agent runs the shell as the sandbox user, and everything it starts ends with it.
     argv, user = [AGENT_PATH, "terminal", str(record.pk), "--", *SHELL], ROOT

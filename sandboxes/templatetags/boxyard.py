@@ -65,6 +65,8 @@ EVENTS = {
     "session.deleted": gettext_lazy("Shell session deleted"),
     "file.written": gettext_lazy("File written"),
     "file.deleted": gettext_lazy("File deleted"),
+    "file.moved": gettext_lazy("File moved"),
+    "file.directory_made": gettext_lazy("Directory made"),
     "file.link_created": gettext_lazy("Link made"),
     "file.link_used": gettext_lazy("Link used"),
     "files.extracted": gettext_lazy("Archive extracted"),

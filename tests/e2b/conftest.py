@@ -1,5 +1,5 @@
-"""E2B's SDK against a served Boxyard: one server per module (a module asks for `server`), and
-a pipeline's bot with its E2B-shaped key."""
+"""E2B's SDK against a served Boxyard: one server per module (a module asks for `server`), a
+pipeline's bot with its E2B-shaped key, and a chat's sandbox made by the SDK itself."""
 
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -7,10 +7,12 @@ from typing import Any
 
 import pytest
 from django.conf import settings
+from e2b import Sandbox
 
 from pipelines import services as pipeline_services
 from pipelines.models import Pipeline
 from sandboxes.services import Actor
+from tests.conftest import CHAT
 from tests.servers import Server, served
 
 ADMIN = Actor("admin", "alice")
@@ -58,3 +60,11 @@ def support(server: Server, docker_engine: Any, make_pipeline: Any) -> Bot:
 def billing(support: Bot, make_pipeline: Any) -> Bot:
     """Another pipeline's bot, which must never reach support's sandboxes."""
     return bot_of(make_pipeline(slug="billing", scope_template="{launcher_type}_{launcher_id}"))
+
+
+@pytest.fixture
+def sandbox(server: Server, docker_engine: Any, make_pipeline: Any) -> Sandbox:
+    """The agents pipeline's chat sandbox (a workspace of 256 MiB), made by the SDK's
+    `Sandbox.create` with the chat's variables as its metadata."""
+    bot = bot_of(make_pipeline(slug="agents", workspace_mb=256))
+    return Sandbox.create(metadata=CHAT, **bot.opts(server))

@@ -46,7 +46,10 @@ def test_host_config_is_hardened(sandbox, docker_engine) -> None:
     assert host["LogConfig"]["Config"]["max-size"] == "1m"
     mounts = data["Mounts"]
     by_target = {m["Destination"]: m for m in mounts}
-    assert set(by_target) == {"/workspace", "/.boxyard"}
+    assert set(by_target) == {"/workspace", "/home/user", "/.boxyard"}
+    # The E2B SDKs' home is the same workspace, writable as it is.
+    assert by_target["/home/user"]["Name"] == by_target["/workspace"]["Name"]
+    assert by_target["/home/user"]["RW"] is True
     # The agent's volume: read-only, and shared by every sandbox of the engine.
     assert by_target["/.boxyard"]["Type"] == "volume" and by_target["/.boxyard"]["RW"] is False
     assert not any("docker.sock" in (m.get("Source") or "") for m in mounts)

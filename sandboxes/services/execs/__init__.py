@@ -2,11 +2,12 @@
 
 `requests`: checking what the caller asked for; `running`: the exec recorded under the guard
 and run through the sandbox's port (its agent); `ending`: an exec's states and its end,
-written once, by `ending.end` alone; `reading`: output, waiting, killing; `streaming`: the
+written once, by `ending.end` alone; `reading`: output, waiting, killing; `input`: a background command's stdin; `streaming`: the
 output pushed as it comes, to its end.
 """
 
 from sandboxes.services.execs.ending import finish_from_status
+from sandboxes.services.execs.input import write_exec_stdin
 from sandboxes.services.execs.reading import (
     await_exec,
     exec_chunks,
@@ -48,4 +49,5 @@ __all__ = [
     "start_exec",
     "subscribe",
     "wait_exec",
+    "write_exec_stdin",
 ]

@@ -5,7 +5,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Literal, NamedTuple
 
 from boxyard.actors import Actor
-from boxyard.errors import N_, BoxyardError, NotFound
+from boxyard.errors import N_, BoxyardError, InvalidInput, NotFound
 from boxyard.later import Awaited, Get
 from boxyard.threads import release_connection
 from sandboxes.guard import acting_on
@@ -16,6 +16,8 @@ from sandboxes.services.execs.ending import finish_from_status, forgotten
 from sandboxes.services.shares import long_call
 
 _PAGE = 1024 * 1024
+# The signals a caller may send an exec (the agent knows these).
+SIGNALS = ("KILL", "TERM", "INT", "HUP")
 
 
 class ExecOutput(NamedTuple):
@@ -159,10 +161,18 @@ def await_exec(record: Exec, timeout_seconds: float, *, counted: bool = True) ->
 
 
 def kill_exec(
-    record: Exec, actor: Actor, *, holder: str | None = None, epoch: int | None = None
+    record: Exec,
+    actor: Actor,
+    *,
+    holder: str | None = None,
+    epoch: int | None = None,
+    signal: str = "KILL",
 ) -> Exec:
     """Kill an exec and every process it started, wherever they went, also those it left
-    running after it ended; answer once it has ended."""
+    running after it ended; answer once it has ended (or, for a `signal` it may handle, TERM
+    or INT or HUP, after 10 s if it has not)."""
+    if signal not in SIGNALS:
+        raise InvalidInput("signal", N_("must be one of %(choices)s", choices=", ".join(SIGNALS)))
     with acting_on(
         record.sandbox, actor, N_("kill an exec"), holder=holder, epoch=epoch, states=tuple(State)
     ):
@@ -171,7 +181,7 @@ def kill_exec(
     if agent is None:
         return record  # its sandbox stopped: so did every process of it
     try:
-        agent.call("kill", exec=str(record.id))
+        agent.call("kill", exec=str(record.id), signal=signal)
     except NotFound:
         return forgotten(record)
     return wait_exec(record, 10)

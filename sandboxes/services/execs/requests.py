@@ -39,6 +39,8 @@ class ExecRequest:
     # A new process outside any session ("fresh"): the sandbox's own environment and cwd.
     one_shot: bool = False
     pipeline_env: dict[str, str] = field(default_factory=dict)
+    # A background command's stdin stays open for `write_exec_stdin` (else it reads nothing).
+    stdin: bool = False
 
     @property
     def command(self) -> list[str] | str:
@@ -55,6 +57,7 @@ def clean_request(
     timeout_seconds: int | None = None,
     background: bool = False,
     one_shot: bool = False,
+    stdin: bool = False,
 ) -> ExecRequest:
     """Check an exec request against the pipeline (or the sandbox's pipeline) it is for."""
     pipeline = target.pipeline if isinstance(target, Sandbox) else target
@@ -94,6 +97,7 @@ def clean_request(
         background=background,
         one_shot=one_shot,
         pipeline_env=dict(pipeline.env or {}),
+        stdin=stdin,
     )
 
 

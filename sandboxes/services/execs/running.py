@@ -194,6 +194,8 @@ def _run(
         payload["argv"] = request.argv
     if request.cwd is not None:
         payload["cwd"] = request.cwd
+    if request.stdin:
+        payload["stdin"] = True
     if env:
         payload["env"] = env
     sandbox, agent = _port(sandbox, record, actor)

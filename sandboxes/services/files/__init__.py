@@ -3,7 +3,7 @@
 `paths`: checking paths and modes; `contents`: the JSON calls' text and base64; `inside`:
 running an operation in the sandbox and reading its verdict; `operations`: write (from bytes
 or a stream of any size) and delete; `reading`: a slice, a look, a stream or a byte range;
-`listing`: directories; `archives`: a directory as tar, tar.gz or zip, and an archive
+`listing`: directories; `directories`: making one, moving a file or a directory; `archives`: a directory as tar, tar.gz or zip, and an archive
 extracted into one; `links`: signed links to one file.
 """
 
@@ -16,6 +16,7 @@ from sandboxes.services.files.archives import (
     open_archive,
 )
 from sandboxes.services.files.contents import decode_contents, decoded_contents
+from sandboxes.services.files.directories import make_dir, move_file
 from sandboxes.services.files.links import (
     Link,
     LinkMethod,
@@ -62,6 +63,8 @@ __all__ = [
     "extract_archive",
     "link_methods",
     "list_files",
+    "make_dir",
+    "move_file",
     "open_archive",
     "open_file_stream",
     "read_file",
