@@ -105,7 +105,7 @@ def test_foreground_fork_bomb(attacked, bot, docker_engine, neighbour) -> None:
 
     thread = threading.Thread(target=bomb)
     thread.start()
-    time.sleep(2)  # the bomb is at the limit now
+    at_the_limit(docker_engine, sandbox, 64)
     neighbour.answers()
     thread.join(30)
     record = outcome["record"]
@@ -118,11 +118,17 @@ def test_background_fork_bomb_is_ended_by_kill(attacked, bot, docker_engine, nei
     sandbox = attacked(pids_limit=64)
     record = run(sandbox, bot, "bomb(){ bomb | bomb & }; bomb", timeout_seconds=600)
     assert record.state == ExecState.COMPLETED  # it returns at once, leaving the bomb behind
-    time.sleep(1)
+    at_the_limit(docker_engine, sandbox, 64)
     neighbour.answers()
     services.kill_exec(record, bot)
     wait_until(lambda: not leftovers(docker_engine, sandbox), 5, "the bomb ended")
     assert run(sandbox, bot, "echo alive").stdout == "alive\n"
+
+
+def at_the_limit(engine, sandbox, limit: int) -> None:
+    """Until the container's processes fill its pids limit, or nearly (a fork that failed
+    leaves a slot free a moment)."""
+    wait_until(lambda: pids_current(engine, sandbox) >= limit - 4, 10, "the bomb reached the limit")
 
 
 def pids_current(engine, sandbox) -> int:
