@@ -231,12 +231,15 @@ CHAT = {"launcher_type": "group", "launcher_id": "123456", "sender_id": "789"}
 
 def wait_for(condition: Callable[[], bool], seconds: float, why: Callable[[], str] = str) -> float:
     """Poll until `condition()` holds; the seconds it took. Fails after `seconds`, with
-    `why()` (logs, say) in the message."""
+    `why()` (logs, say) in the message. Polls soon at first (most conditions hold within a
+    moment), then every 0.1 s (a condition may ask the engine or a server)."""
     started = time.monotonic()
+    pause = 0.01
     while not condition():
         if time.monotonic() - started > seconds:
             raise AssertionError(f"not done within {seconds} s\n{why()}")
-        time.sleep(0.1)
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
     return time.monotonic() - started
 
 

@@ -12,11 +12,13 @@ import time
 from typing import Any
 
 import pytest
+from channels.db import database_sync_to_async
 from django.test import Client
 
 from config.asgi import application
 from pipelines.models import PipelineToken
 from sandboxes import services
+from sandboxes.models import Exec, ExecState
 from tests.conftest import CHAT
 
 pytestmark = pytest.mark.django_db(
@@ -151,7 +153,14 @@ def test_slow_requests_run_side_by_side(
             )
             for name in ("s1", "s2", "s3", "s4")
         ]
-        await asyncio.sleep(0.3)
+        # The four are under way: each one's exec is recorded as it starts.
+        running = database_sync_to_async(
+            Exec.objects.filter(sandbox=sandbox, state=ExecState.RUNNING).count,
+            thread_sensitive=False,
+        )
+        while await running() < 4:
+            assert time.monotonic() - started < 10, "the four commands did not start"
+            await asyncio.sleep(0.01)
         quick_started = time.monotonic()
         quick_status, _, _ = await call("GET", base, headers=auth)
         quick = time.monotonic() - quick_started

@@ -103,8 +103,9 @@ def test_after_the_body_the_rest_of_the_request_is_the_servers() -> None:
 
         body = StreamedBody(receive, asyncio.get_running_loop())
         listening = asyncio.create_task(body.after())
-        await asyncio.sleep(0.05)
-        assert not listening.done()  # the disconnect listener waits while the body is read
+        await asyncio.sleep(0)  # the listener's first step has run, to its first wait
+        # The disconnect listener waits while the body is read: it took no message.
+        assert not listening.done() and len(messages) == 2
         assert await asyncio.to_thread(body.read, -1) == b"abc"
         return [(await listening)["type"]]
 

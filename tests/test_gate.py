@@ -13,6 +13,8 @@ import httpx
 import pytest
 
 from pipelines.models import PipelineToken
+from sandboxes.models import Sandbox
+from sandboxes.runtime import ROOT
 from tests.conftest import wait_for
 from tests.servers import Server, served
 
@@ -267,8 +269,14 @@ def test_one_callers_bodies_in_memory_are_capped(server: Server, make_pipeline: 
             sock.close()
 
 
+def workspace(engine: Any, sandbox: str) -> str:
+    """The names in the sandbox's /workspace, hidden ones too, as root sees them."""
+    container = Sandbox.objects.get(pk=sandbox).container_id
+    return engine.exec(container, ["ls", "-a", "/workspace"], user=ROOT).stdout.decode()
+
+
 def test_a_call_waiting_on_its_client_lets_its_callers_other_calls_run(
-    server: Server, make_pipeline: Any
+    server: Server, make_pipeline: Any, docker_engine: Any
 ) -> None:
     """A caller's threads run one at a time (BOXYARD_RUNNING_PER_CALLER, 1 by default): an
     upload whose client is slow to send lets go of its turn while it waits for the body, and
@@ -289,7 +297,8 @@ def test_a_call_waiting_on_its_client_lets_its_callers_other_calls_run(
             "Content-Length: 100000\r\n\r\n".encode()
             + b"x" * 1000
         )
-        time.sleep(0.3)  # the upload is under way, waiting for the rest of its body
+        # The upload is under way, waiting for the rest of its body: its file is begun.
+        wait_for(lambda: ".boxyard-write." in workspace(docker_engine, sandbox), 10)
         for _ in range(3):
             listed = httpx.get(f"{server.url}/api/v1/sandboxes", headers=auth, timeout=10)
             assert listed.status_code == 200

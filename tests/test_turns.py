@@ -162,7 +162,10 @@ def test_a_caller_runs_one_call_at_a_time_but_lets_its_turn_go_while_it_waits(
         CALLER.set("pipeline:2")
         stranger = asyncio.ensure_future(done("stranger"))
         await asyncio.wait_for(stranger, 2)
-        await asyncio.sleep(0.3)
+        if atomic:  # the others wait for the waiter's turn, each in its thread
+            await until(lambda: RUNS.busy("pipeline:1") == (1, 3))
+        else:  # the others ran while the waiter waited
+            await until(lambda: len(ended) == 4)
         outside.set()
         await asyncio.wait_for(asyncio.gather(waiter, *others), 5)
         return ended
@@ -186,17 +189,19 @@ def test_a_call_waiting_on_the_engine_lets_its_turn_go(settings: Any) -> None:
     the engine answers."""
     settings.BOXYARD_RUNNING_PER_CALLER = 1
     engine_answers = threading.Event()
+    asked = threading.Event()
 
     class Engine:
         @translate
         def slow(self) -> str:
+            asked.set()
             engine_answers.wait(5)
             return "engine"
 
     async def scenario() -> list[str]:
         CALLER.set("pipeline:1")
         slow = asyncio.ensure_future(in_pool(Engine().slow))
-        await asyncio.sleep(0.1)
+        await until(asked.is_set)  # the engine is asked: the call waits for its answer
         quick = await asyncio.wait_for(in_pool(lambda: "quick"), 2)
         engine_answers.set()
         return [quick, await slow]
@@ -219,16 +224,19 @@ def test_a_lock_held_across_a_wait_is_waited_for_without_the_turn(settings: Any)
             engine_answers.wait(5)
         return "opened"
 
+    asking = threading.Event()
+
     def also_opening() -> str:
+        asking.set()  # in the caller's turn, which it holds until it waits for the lock
         with locked(lock):
             return "reused"
 
     async def scenario() -> list[str]:
         CALLER.set("pipeline:1")
         first = asyncio.ensure_future(in_pool(opening))
-        await asyncio.sleep(0.1)
+        await until(lock.locked)  # the first holds the lock through its wait
         second = asyncio.ensure_future(in_pool(also_opening))
-        await asyncio.sleep(0.1)
+        await until(asking.is_set)
         engine_answers.set()
         return list(await asyncio.wait_for(asyncio.gather(first, second), 3))
 

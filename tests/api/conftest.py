@@ -1,5 +1,7 @@
-"""Fixtures for the bot API: two pipelines (support, billing) with a token each."""
+"""Fixtures for the bot API: two pipelines (support, billing) with a token each, and a
+served Boxyard."""
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -7,6 +9,7 @@ import pytest
 from django.test import Client
 
 from pipelines.models import Pipeline, PipelineToken
+from tests.servers import Server, served
 
 
 @dataclass
@@ -52,3 +55,15 @@ def support(make_pipeline: Any) -> Bot:
 def billing(make_pipeline: Any) -> Bot:
     """Another pipeline's bot: must never see or touch support's sandboxes."""
     return _bot(make_pipeline(slug="billing"))
+
+
+@pytest.fixture(scope="session")
+def server(
+    tmp_path_factory: pytest.TempPathFactory, django_db_setup: None, engine: Any
+) -> Iterator[Server]:
+    """One Boxyard served with the default settings (`manage.py serve`), on the test database,
+    for every module here that needs no settings of its own (a server start costs seconds):
+    each test's rows and containers are removed after it (the database flush,
+    `docker_engine`)."""
+    with served(tmp_path_factory.mktemp("served")) as running:
+        yield running

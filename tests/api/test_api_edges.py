@@ -15,19 +15,9 @@ import pytest
 
 from pipelines.models import PipelineToken
 from tests.conftest import CHAT
-from tests.servers import Server, served
+from tests.servers import Server
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture(scope="module")
-def server(
-    tmp_path_factory: pytest.TempPathFactory, django_db_setup: None, engine: Any
-) -> Iterator[Server]:
-    """One Boxyard for the module, on the test database; each test's rows and containers
-    are removed after it (the database flush, `docker_engine`)."""
-    with served(tmp_path_factory.mktemp("edges")) as running:
-        yield running
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import hashlib
 import json
 import random
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -40,7 +40,7 @@ from sandboxes.models import Exec, Sandbox
 from sandboxes.schemas.tools import tool_specs
 from sandboxes.services import Actor
 from tests.conftest import wait_for
-from tests.servers import Server, served
+from tests.servers import Server
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
 
@@ -49,16 +49,6 @@ CHAT_QUERY = "launcher_type=group&launcher_id=42"
 MODES = ["auto", "legacy"]
 MODERN = "2026-07-28"
 CATALOG = [spec.name for spec in tool_specs()]
-
-
-@pytest.fixture(scope="module")
-def server(
-    tmp_path_factory: pytest.TempPathFactory, django_db_setup: None, engine: Any
-) -> Iterator[Server]:
-    """One Boxyard for the module, on the test database; each test's rows and containers
-    are removed after it (the database flush, `docker_engine`)."""
-    with served(tmp_path_factory.mktemp("mcp")) as running:
-        yield running
 
 
 @dataclass

@@ -28,9 +28,13 @@ from sandboxes import services
 from sandboxes.models import Event, Sandbox
 from tests.api.conftest import Bot
 from tests.conftest import CHAT, wait_for
-from tests.servers import Server, served
+from tests.servers import Server
 
-pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.docker,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("docker_engine"),  # each test's sandboxes are removed after it
+]
 
 MIB = 1024 * 1024
 
@@ -50,12 +54,6 @@ def digest(size: int, seed: int = 0) -> str:
     for piece in pattern(size, seed):
         hashed.update(piece)
     return hashed.hexdigest()
-
-
-@pytest.fixture
-def server(tmp_path: Path, docker_engine: Any) -> Iterator[Server]:
-    with served(tmp_path) as running:
-        yield running
 
 
 @pytest.fixture

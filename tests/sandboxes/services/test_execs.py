@@ -16,8 +16,8 @@ from sandboxes import services
 from sandboxes.models import Event, Exec, ExecState, Sandbox
 from sandboxes.runtime import answers
 from sandboxes.runtime.agent import channel
-from sandboxes.runtime.port import PROTOCOL
-from tests.conftest import CHAT
+from sandboxes.runtime.port import PROTOCOL, port_of
+from tests.conftest import CHAT, wait_for
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db]
 
@@ -248,7 +248,10 @@ def test_an_exec_the_agent_let_go_between_two_reads_still_ends(sandbox, bot, mon
     from sandboxes.services.execs import reading
 
     record = run(sandbox, bot, "echo done", background=True)
-    time.sleep(0.5)
+    agent = port_of(sandbox)
+    wait_for(
+        lambda: agent.call("output", exec=str(record.id), since_seq=0, max_bytes=0)["finished"], 5
+    )
 
     def let_go(agent, record):
         raise NotFound(f"no exec {record.id} in this sandbox")

@@ -12,7 +12,7 @@ from pipelines.models import PoolPolicy
 from sandboxes import services
 from sandboxes.models import Event, Sandbox, State
 from sandboxes.services import pool
-from tests.conftest import CHAT
+from tests.conftest import CHAT, wait_for
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
 
@@ -91,14 +91,19 @@ def test_an_empty_pool_can_fail_fast(make_pipeline, bot, docker_engine) -> None:
 def test_an_empty_pool_can_be_waited_for(make_pipeline, bot, docker_engine) -> None:
     pipeline = make_pipeline(pool_size=1, pool_exhausted=PoolPolicy.WAIT, pool_wait_seconds=20)
 
-    def refill_soon() -> None:
-        time.sleep(0.5)
+    def refill_once_the_open_waits() -> None:
+        # The miss is committed before the open's first wait: the open is waiting by then.
         try:
+            wait_for(
+                Event.objects.filter(action="pool.missed", pipeline=pipeline).exists,
+                10,
+                lambda: "the open recorded no miss",
+            )
             pool.refill(pipeline)
         finally:
             connection.close()
 
-    filler = threading.Thread(target=refill_soon)
+    filler = threading.Thread(target=refill_once_the_open_waits)
     filler.start()
     opened = services.open_sandbox(pipeline, CHAT, bot)
     filler.join()

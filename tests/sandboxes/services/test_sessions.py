@@ -12,6 +12,7 @@ import textwrap
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 import pytest
 from django.conf import settings
@@ -19,9 +20,10 @@ from django.db import connection
 
 from boxyard.errors import Conflict, InvalidInput, NotFound
 from sandboxes import services
-from sandboxes.models import ExecState, ShellSession
+from sandboxes.models import Exec, ExecState, ShellSession
 from sandboxes.runtime.agent import forget
-from tests.conftest import CHAT
+from sandboxes.runtime.port import port_of
+from tests.conftest import CHAT, wait_for
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
 
@@ -110,12 +112,23 @@ def test_commands_of_one_session_run_one_at_a_time_in_order(sandbox, bot) -> Non
             sandbox, bot, f"echo start{index} >> order.log; sleep 0.3; echo end{index} >> order.log"
         )
 
+    agent = port_of(sandbox)
+
+    def in_the_agents_queue(count: int) -> bool:
+        records = Exec.objects.filter(sandbox=sandbox).values_list("id", flat=True)
+        try:
+            known = [agent.call("status", exec=str(record), limit=0) for record in records]
+        except NotFound:  # recorded, not yet sent
+            return False
+        return len(known) == count
+
     started = time.monotonic()
     with ThreadPoolExecutor(3) as pool:
         futures = []
         for index in range(3):
             futures.append(pool.submit(in_thread(slow), index))
-            time.sleep(0.1)  # each is sent after the previous one is in
+            # Each is sent once the agent has the one before it, in its session's queue.
+            wait_for(partial(in_the_agents_queue, index + 1), 10)
         results = [future.result() for future in futures]
     elapsed = time.monotonic() - started
     assert all(result.exit_code == 0 for result in results)
