@@ -23,6 +23,7 @@ from django.http.request import split_domain_port, validate_host  # noqa: E402
 from config.gate import Gate  # noqa: E402
 from config.routing import websocket_urlpatterns  # noqa: E402
 from sandboxes.e2b.envd import app as envd  # noqa: E402
+from sandboxes.e2b.hostnames import ByHostName  # noqa: E402
 from sandboxes.mcp.app import McpApplication, serves  # noqa: E402
 
 if TYPE_CHECKING:
@@ -128,7 +129,8 @@ class HttpRouter:
 
 application = ProtocolTypeRouter(
     {
-        "http": Gate(HttpRouter(django_asgi_app, McpApplication())),  # type: ignore[arg-type]  # the same ASGI callables
+        # E2B's host names first: the gate reads the path they give.
+        "http": ByHostName(Gate(HttpRouter(django_asgi_app, McpApplication()))),  # type: ignore[arg-type]  # the same ASGI callables
         "websocket": SameOriginWebsockets(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))  # type: ignore[arg-type]  # types-channels' own URLPattern type
         ),

@@ -6,6 +6,7 @@ Production deployments set the variables listed in the README.
 """
 
 import os
+import re
 import secrets
 from datetime import timedelta
 from pathlib import Path
@@ -43,6 +44,29 @@ SECRET_KEY = _secret_key()
 DEBUG = env_bool("BOXYARD_DEBUG", False)
 ALLOWED_HOSTS = env_list("BOXYARD_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("BOXYARD_CSRF_TRUSTED_ORIGINS", [])
+
+
+def _e2b_domain() -> str:
+    """The domain E2B's SDKs are given as E2B_DOMAIN (`boxyard.example.com`), under which
+    Boxyard serves E2B's APIs by host name (`sandboxes.e2b.hostnames`); "" for none."""
+    domain = env_str("BOXYARD_E2B_DOMAIN", "").strip().lower().rstrip(".")
+    labels = domain.split(".")
+    if domain and (
+        len(labels) < 2
+        or not all(re.fullmatch(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?", x) for x in labels)
+    ):
+        raise ImproperlyConfigured(
+            f"BOXYARD_E2B_DOMAIN={domain!r} is not a domain name such as boxyard.example.com "
+            "(no scheme, port or path)"
+        )
+    return domain
+
+
+BOXYARD_E2B_DOMAIN = _e2b_domain()
+if BOXYARD_E2B_DOMAIN:
+    # The control plane's name reaches Django; a sandbox's (`<port>-<id>.<domain>`) goes to
+    # the E2B sandbox API before Django, which is all it serves.
+    ALLOWED_HOSTS.append(f"api.{BOXYARD_E2B_DOMAIN}")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
