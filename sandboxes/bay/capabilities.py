@@ -19,6 +19,7 @@ from django.http import HttpRequest, HttpResponseBase
 from ninja import File, Form, Router
 from ninja.files import UploadedFile
 
+from boxyard.errors import N_
 from boxyard.later import Later
 from sandboxes import services
 from sandboxes.bay.api import Answer, CapabilityMissing, SandboxExpired, principal, run
@@ -44,7 +45,7 @@ def awake(request: HttpRequest, sandbox_id: str) -> Sandbox:
     """The caller's sandbox, started again (with its workspace) if it was stopped."""
     sandbox = bay_sandbox(request, sandbox_id)
     if bay_status(sandbox) == "expired":
-        raise SandboxExpired("the sandbox reached its time to live; create another")
+        raise SandboxExpired(N_("the sandbox reached its time to live; create another"))
     if sandbox.state in (State.STOPPED, State.ERROR):
         services.resume_sandbox(sandbox, principal(request).actor)
     return sandbox
@@ -105,7 +106,10 @@ def python_exec(request: HttpRequest, sandbox_id: str, body: PythonIn) -> Answer
 def _no_browser(request: HttpRequest, sandbox_id: str) -> None:
     bay_sandbox(request, sandbox_id)  # another pipeline's sandbox is not found, as anywhere
     raise CapabilityMissing(
-        "this sandbox has no browser; its profile's capabilities are " + ", ".join(CAPABILITIES),
+        N_(
+            "this sandbox has no browser; its profile's capabilities are %(capabilities)s",
+            capabilities=", ".join(CAPABILITIES),
+        ),
         capability="browser",
     )
 

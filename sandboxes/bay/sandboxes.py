@@ -100,7 +100,7 @@ def bay_sandbox(request: HttpRequest, sandbox_id: str) -> Sandbox:
 def _cargo_key(request: HttpRequest, cargo_id: str) -> str:
     """The scope key of the workspace a create names."""
     if not selectors.sandboxes_for(principal(request), scope_key=cargo_id, limit=1):
-        raise NotFound(f"no cargo {cargo_id!r} in this pipeline", field="cargo_id")
+        raise NotFound(N_("no cargo %(cargo)r in this pipeline", cargo=cargo_id), field="cargo_id")
     return cargo_id
 
 
@@ -112,7 +112,12 @@ def create_sandbox(request: HttpRequest, body: CreateIn) -> Answer:
     assert pipeline is not None
     if body.profile != PROFILE:
         raise InvalidInput(
-            "profile", f"no profile {body.profile!r}; this pipeline offers {PROFILE!r}"
+            "profile",
+            N_(
+                "no profile %(profile)r; this pipeline offers %(offered)r",
+                profile=body.profile,
+                offered=PROFILE,
+            ),
         )
     if body.ttl:
         services.check_lifetime(pipeline, body.ttl, field="ttl")
@@ -188,7 +193,7 @@ def keep_alive(request: HttpRequest, sandbox_id: str) -> Any:
 def extend_ttl(request: HttpRequest, sandbox_id: str, body: ExtendIn) -> Answer:
     sandbox = bay_sandbox(request, sandbox_id)
     if bay_status(sandbox) == "expired":
-        raise SandboxExpired("the sandbox reached its time to live; create another")
+        raise SandboxExpired(N_("the sandbox reached its time to live; create another"))
     if sandbox.state != State.RUNNING or sandbox.expires_at is None:
         raise InvalidState(
             f"cannot extend the time to live: the sandbox is {sandbox.state}", state=sandbox.state
