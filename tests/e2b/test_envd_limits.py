@@ -6,6 +6,7 @@ takeover refuses a pty's typing, resizing and kill; a command's bytes reach the 
 
 import base64
 import json
+import socket
 import struct
 import threading
 import uuid
@@ -89,6 +90,24 @@ def test_the_sandbox_api_is_its_pipelines_calls_under_the_rate_limit(
         assert int(raw.headers["Retry-After"]) >= 1
         assert httpx.get(f"{limited.url}/api/v1/sandboxes", headers=bearer).status_code == 429
     assert not Exec.objects.filter(sandbox_id=sandbox_id).exists()
+
+
+def test_a_call_without_the_sandboxs_token_is_refused_before_its_body_is_read(
+    server: Server,
+) -> None:
+    sandbox_id = str(uuid.uuid4())
+    host, port = server.url.removeprefix("http://").split(":")
+    head = (
+        "POST /e2b/sandbox/process.Process/Start HTTP/1.1\r\n"
+        f"Host: {host}\r\nE2b-Sandbox-Id: {sandbox_id}\r\nX-Access-Token: {'0' * 64}\r\n"
+        "Content-Type: application/json\r\nContent-Length: 100000000\r\n\r\n"
+    )
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(head.encode())  # and not a byte of the 100 MB it announces
+        answer = b""
+        while b"\r\n\r\n" not in answer and (piece := sock.recv(4096)):
+            answer += piece
+    assert answer.startswith(b"HTTP/1.1 401"), answer
 
 
 def test_streams_are_the_pipelines_long_calls(
