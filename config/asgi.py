@@ -111,26 +111,32 @@ class HttpRouter:
     """`/mcp` to the MCP application, `/e2b/sandbox` to the E2B sandbox API (envd), every
     other path to Django."""
 
-    def __init__(self, django: PooledASGIHandler, mcp: McpApplication) -> None:
+    def __init__(
+        self, django: PooledASGIHandler, mcp: McpApplication, envd: envd.EnvdApplication
+    ) -> None:
         self.django = django
         self.mcp = mcp
-        self.envd = envd.EnvdApplication()
+        self.envd = envd
 
     async def __call__(
         self, scope: dict[str, Any], receive: "ASGIReceiveCallable", send: "ASGISendCallable"
     ) -> None:
         if serves(scope["path"]):
             await self.mcp(scope, receive, send)  # type: ignore[arg-type]  # the same ASGI callables
-        elif envd.serves(scope["path"]):
+        elif self.envd.serves(scope["path"]):
             await self.envd(scope, receive, send)  # type: ignore[arg-type]  # the same ASGI callables
         else:
             await self.django(scope, receive, send)  # type: ignore[arg-type]  # the same ASGI callables
 
 
+# E2B's sandbox API proves its callers by a sandbox's access token: the gate asks it whose.
+_envd = envd.EnvdApplication()
 application = ProtocolTypeRouter(
     {
         # E2B's host names first: the gate reads the path they give.
-        "http": ByHostName(Gate(HttpRouter(django_asgi_app, McpApplication()))),  # type: ignore[arg-type]  # the same ASGI callables
+        "http": ByHostName(
+            Gate(HttpRouter(django_asgi_app, McpApplication(), _envd), doors=(_envd,))  # type: ignore[arg-type]  # the same ASGI callables
+        ),
         "websocket": SameOriginWebsockets(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))  # type: ignore[arg-type]  # types-channels' own URLPattern type
         ),

@@ -4,7 +4,11 @@ decided from the headers alone, before a byte of the body is read.
 - The caller: a pipeline (its bearer token, or the `X-API-KEY` of E2B's SDKs), an admin
   (their session), or, without either, the client's address. The request and everything it runs carry it (`boxyard.slots.CALLER`),
   so each caller holds at most its share of the request pool's threads (`boxyard.threads`).
-- A pipeline past the operator's rate limit (BOXYARD_RATE_LIMIT) gets 429 with Retry-After.
+- A door with a credential of its own (`Door`: E2B's sandbox API, whose calls carry a
+  sandbox's access token) names the pipeline of that credential, so its calls count as the
+  pipeline's; a credential that does not match costs no lookup and leaves the caller anonymous.
+- A pipeline past the operator's rate limit (BOXYARD_RATE_LIMIT) gets 429 with Retry-After,
+  in the shape of the door it called.
 - A body for the bot API or `/mcp` without a credential gets 401; a body larger than its
   route takes (BOXYARD_MAX_REQUEST_BYTES, BOXYARD_ANONYMOUS_REQUEST_BYTES without a
   credential) gets 413, by its Content-Length or, chunked, as soon as it passes the bound.
@@ -19,7 +23,7 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Protocol
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -53,29 +57,55 @@ BODY_BYTES = Slots(
 _identifying = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gate")
 
 
-class Gate:
-    """ASGI middleware in front of the HTTP application (Django and the MCP server)."""
+class Door(Protocol):
+    """A part of the server whose callers prove who they are in a way of its own (not a
+    pipeline's token nor an admin's session), and which answers refusals in its own shape."""
 
-    def __init__(self, app: App) -> None:
+    def serves(self, path: str) -> bool: ...
+
+    def credential(self, scope: Scope) -> str | None:
+        """What the request proves, checked from its headers alone with no lookup (None:
+        nothing; the caller is then its address)."""
+        ...
+
+    def known(self, credential: str) -> int | None:
+        """The pipeline of a credential seen a moment ago, without a lookup (None: unknown)."""
+        ...
+
+    def pipeline_of(self, credential: str) -> int | None:
+        """The pipeline whose call this is (a lookup, in one of the gate's own threads)."""
+        ...
+
+    async def refuse(self, scope: Scope, send: Send, error: BoxyardError) -> None: ...
+
+
+class Gate:
+    """ASGI middleware in front of the HTTP application (Django, the MCP server and the
+    doors with credentials of their own)."""
+
+    def __init__(self, app: App, doors: tuple[Door, ...] = ()) -> None:
         self.app = app
+        self.doors = doors
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        caller, pipeline = await _identify(scope)
+        path = scope.get("path", "")
+        door = next((door for door in self.doors if door.serves(path)), None)
+        caller, pipeline = await (_identify_at(door, scope) if door else _identify(scope))
         token = CALLER.set(caller)
         held: Held | None = None
         try:
             if pipeline is not None and (wait := refusal(pipeline)) is not None:
-                await send_error(send, _rate_limited(wait))
+                error = _rate_limited(wait)
+                await (door.refuse(scope, send, error) if door else send_error(send, error))
                 return
             length, chunked = _length(scope)
             if not length and not chunked:
                 await self.app(scope, receive, send)
                 return
             anonymous = caller.startswith("address:")
-            path = scope.get("path", "")
             if anonymous and path.startswith(_CREDENTIAL_PREFIXES):
                 await send_json(
                     send,
@@ -143,8 +173,27 @@ async def _identify(scope: Scope) -> tuple[str, int | None]:
             )
             if user is not None:
                 return f"admin:{user}", None
+    return _address(scope), None
+
+
+async def _identify_at(door: Door, scope: Scope) -> tuple[str, int | None]:
+    """(caller, pipeline id) of a door's request: the pipeline of its credential, or the
+    client's address when it proves nothing (or what it proves is gone)."""
+    credential = door.credential(scope)
+    if credential is not None:
+        pipeline = door.known(credential)  # a burst of one sandbox's calls: no hop
+        if pipeline is None:
+            pipeline = await sync_to_async(
+                door.pipeline_of, thread_sensitive=False, executor=_identifying
+            )(credential)
+        if pipeline is not None:
+            return f"pipeline:{pipeline}", pipeline
+    return _address(scope), None
+
+
+def _address(scope: Scope) -> str:
     client = scope.get("client") or ("unknown", 0)
-    return f"address:{client[0]}", None
+    return f"address:{client[0]}"
 
 
 def _kept_pipeline(token: str) -> int | None:

@@ -393,6 +393,11 @@ BOXYARD_RUNNING_PER_CALLER = env_int("BOXYARD_RUNNING_PER_CALLER", 1, minimum=1)
 # Long calls (waiting for an exec, following its output, an MCP tool's progress) one pipeline
 # may have open at once; past it, 429 with Retry-After. They hold no thread while they wait.
 BOXYARD_LONG_CALLS_PER_PIPELINE = env_int("BOXYARD_LONG_CALLS_PER_PIPELINE", 64, minimum=1)
+# What E2B's sandbox API keeps in a web process's memory for one pipeline: open ptys (a pty is
+# the socket of the process that started it) and polling watchers of a directory (each holds
+# the last listing it saw); past either, 429 with Retry-After.
+BOXYARD_E2B_PTYS_PER_PIPELINE = env_int("BOXYARD_E2B_PTYS_PER_PIPELINE", 16, minimum=1)
+BOXYARD_E2B_WATCHERS_PER_PIPELINE = env_int("BOXYARD_E2B_WATCHERS_PER_PIPELINE", 64, minimum=1)
 # The Bay API's `Idempotency-Key`s: how long an answer is kept to be replayed, and how many
 # keys one pipeline may hold at once (past it, 429 until the oldest lapse).
 BOXYARD_BAY_IDEMPOTENCY_SECONDS = env_int("BOXYARD_BAY_IDEMPOTENCY_SECONDS", 3600, minimum=1)

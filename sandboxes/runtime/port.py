@@ -113,13 +113,16 @@ class AgentPort:
         self, exec_id: str, since_seq: int, on_event: Callable[[dict[str, Any]], None]
     ) -> Callable[[], None]:
         """Subscribe to what the agent keeps as `exec_id` (an exec, or a managed process's
-        run): `on_event` gets {"event": "chunk", seq, stream, text}, then one {"event":
-        "exit", exit_code, timed_out, killed} or {"event": "gone", reason}, from the
-        channel's reader thread. Returns the function that stops it."""
+        run): `on_event` gets {"event": "chunk", seq, stream, text, data}, then one
+        {"event": "exit", exit_code, timed_out, killed} or {"event": "gone", reason}, from the
+        channel's reader thread. Returns the function that stops it. A chunk's `data` is its
+        bytes as the command wrote them; `text` is them decoded, invalid UTF-8 replaced (a
+        character split between two chunks too)."""
 
         def relay(message: dict[str, Any]) -> None:
             if message["event"] == "chunk":
-                on_event({"event": "chunk", **answers.chunks([message])[0]})
+                chunk = answers.chunks([message])[0]
+                on_event({"event": "chunk", **chunk, "data": answers.data(message.get("data"))})
             elif message["event"] == "exit":
                 status = message.get("status") or {}
                 on_event(

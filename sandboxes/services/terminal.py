@@ -10,7 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from boxyard.actors import Actor
-from boxyard.errors import N_, BoxyardError, ContainerGone
+from boxyard.errors import N_, BoxyardError, ContainerGone, Message
 from hosts.engines import runtime_of
 from sandboxes import events
 from sandboxes.guard import acting_on
@@ -93,6 +93,17 @@ def close_terminal(
     _end(record, ExecState.COMPLETED, transcript, terminal.exit_code(), "")
     with transaction.atomic():
         events.record(actor, "terminal.closed", sandbox=sandbox, exec=str(record.pk), reason=reason)
+
+
+def act_in_terminal(
+    sandbox: Sandbox, actor: Actor, operation: Message, *, holder: str | None = None
+) -> None:
+    """A change through a terminal that is open (typing in it, resizing it, ending it) by
+    `actor` as `holder`, who opened it: refused as every change is when the lease is no
+    longer theirs (LeaseBusy, TakenOver: an admin took the sandbox over), counted as activity.
+    A terminal outlives the lease it was opened under, so each change asks again."""
+    with acting_on(sandbox, actor, operation, holder=holder, activity=True):
+        pass  # the lease says whether the caller may; the terminal's socket does the rest
 
 
 def typed(sandbox: Sandbox) -> None:

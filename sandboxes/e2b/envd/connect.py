@@ -11,7 +11,7 @@ envelope by envelope as it arrives.
 import asyncio
 import json
 import struct
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from django.conf import settings
@@ -22,6 +22,7 @@ Scope = Mapping[str, Any]
 Receive = Callable[[], Awaitable[Mapping[str, Any]]]
 Send = Callable[[Mapping[str, Any]], Awaitable[None]]
 Message = dict[str, Any]
+Headers = Sequence[tuple[bytes, bytes]]
 
 END_STREAM = 0x02
 _COMPRESSED = 0x01
@@ -167,7 +168,9 @@ def envelope(message: Message, flags: int = 0) -> bytes:
     return _HEADER.pack(flags, len(data)) + data
 
 
-async def send_unary(send: Send, message: Message, status: int = 200) -> None:
+async def send_unary(
+    send: Send, message: Message, status: int = 200, headers: Headers = ()
+) -> None:
     data = json.dumps(message, separators=(",", ":")).encode()
     await send(
         {
@@ -176,28 +179,31 @@ async def send_unary(send: Send, message: Message, status: int = 200) -> None:
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(data)).encode()),
+                *headers,
             ],
         }
     )
     await send({"type": "http.response.body", "body": data})
 
 
-async def send_error(send: Send, error: ConnectError, *, enveloped: bool) -> None:
+async def send_error(
+    send: Send, error: ConnectError, *, enveloped: bool, headers: Headers = ()
+) -> None:
     """An error before anything else was sent: an end of stream for a streaming call."""
     if enveloped:
-        stream = Stream(send)
+        stream = Stream(send, headers)
         await stream.end(error)
         return
-    await send_unary(
-        send, {"code": error.code, "message": error.message}, STATUSES.get(error.code, 400)
-    )
+    status = STATUSES.get(error.code, 400)
+    await send_unary(send, {"code": error.code, "message": error.message}, status, headers)
 
 
 class Stream:
     """A streaming answer: its messages, then its end (with the error, if any)."""
 
-    def __init__(self, send: Send) -> None:
+    def __init__(self, send: Send, headers: Headers = ()) -> None:
         self._send = send
+        self._headers = headers
         self._started = False
 
     async def _start(self) -> None:
@@ -207,7 +213,7 @@ class Stream:
                 {
                     "type": "http.response.start",
                     "status": 200,
-                    "headers": [(b"content-type", b"application/connect+json")],
+                    "headers": [(b"content-type", b"application/connect+json"), *self._headers],
                 }
             )
 

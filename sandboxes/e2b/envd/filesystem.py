@@ -4,19 +4,27 @@ file service (`list_files`, `make_dir`, `move_file`, `delete_file`), paths under
 
 A stat is a listing of the entry's directory. A watch compares listings of the watched
 directory, a second apart: what appeared is CREATE, what changed size or time WRITE, what went
-REMOVE (a rename is a REMOVE and a CREATE). `WatchDir` streams them; the polling watchers
-(`CreateWatcher`, `GetWatcherEvents`, `RemoveWatcher`) keep the last listing in this process
-between calls, so a watcher is found by the web process that made it.
+REMOVE (a rename is a REMOVE and a CREATE). `WatchDir` streams them, one of the pipeline's
+long calls while it is open; the polling watchers (`CreateWatcher`, `GetWatcherEvents`,
+`RemoveWatcher`) keep the last listing in this process between calls, so a watcher is found
+only by the web process that made it (another says so: FAILED_PRECONDITION). One pipeline
+holds at most BOXYARD_E2B_WATCHERS_PER_PIPELINE of them here (429 past it), and a watcher
+nobody has read for WATCHER_IDLE_SECONDS lapses.
 """
 
 import asyncio
 import posixpath
 import secrets
 import stat
+import threading
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from uuid import UUID
 
+from django.conf import settings
+
+from boxyard.slots import Held, Slots
 from boxyard.threads import in_pool
 from sandboxes import services
 from sandboxes.e2b.envd import paths
@@ -31,10 +39,15 @@ from sandboxes.e2b.envd.connect import (
 )
 from sandboxes.scripts import WORKSPACE
 from sandboxes.services.files import FileEntry
+from sandboxes.services.shares import long_call
 
 WATCH_SECONDS = 1.0
 KEEPALIVE_SECONDS = 15.0
-MAX_WATCHERS = 64
+WATCHER_IDLE_SECONDS = 600.0
+# The polling watchers one pipeline may hold in this web process.
+WATCHERS = Slots(
+    "directory watchers", lambda: settings.BOXYARD_E2B_WATCHERS_PER_PIPELINE, retry_after=5
+)
 _TYPES = {"file": "FILE_TYPE_FILE", "dir": "FILE_TYPE_DIRECTORY", "symlink": "FILE_TYPE_SYMLINK"}
 _KINDS = {"file": stat.S_IFREG, "dir": stat.S_IFDIR, "symlink": stat.S_IFLNK}
 
@@ -172,6 +185,11 @@ def _watched(request: Message) -> tuple[str, bool]:
 
 async def watch_dir(call: Call) -> None:
     target, recursive = _watched(await read_request(call.scope, call.receive))
+    with long_call(call.sandbox.pipeline_id):
+        await _watch_dir(call, target, recursive)
+
+
+async def _watch_dir(call: Call, target: str, recursive: bool) -> None:
     before = await in_pool(_snapshot, call, target, recursive)
     stream = Stream(call.send)
     await stream.message({"start": {}})
@@ -200,19 +218,43 @@ class _Watcher:
     target: str
     recursive: bool
     seen: Snapshot
+    held: Held
+    read_at: float
 
 
 _WATCHERS: dict[str, _Watcher] = {}
+_watchers_lock = threading.Lock()
+
+
+def _drop(watcher_id: str) -> None:
+    with _watchers_lock:
+        watcher = _WATCHERS.pop(watcher_id, None)
+    if watcher is not None:
+        watcher.held.release()
+
+
+def _lapse() -> None:
+    """Drop the watchers nobody has read for WATCHER_IDLE_SECONDS."""
+    now = time.monotonic()
+    with _watchers_lock:
+        idle = [key for key, w in _WATCHERS.items() if now - w.read_at > WATCHER_IDLE_SECONDS]
+    for key in idle:
+        _drop(key)
 
 
 def _create_watcher(call: Call, target: str, recursive: bool) -> str:
-    mine = [key for key, w in _WATCHERS.items() if w.sandbox == call.sandbox.pk]
-    if len(mine) >= MAX_WATCHERS:
-        raise ConnectError("resource_exhausted", f"at most {MAX_WATCHERS} watchers a sandbox")
+    _lapse()
+    held = WATCHERS.take(f"pipeline:{call.sandbox.pipeline_id}")
+    try:
+        seen = _snapshot(call, target, recursive)
+    except BaseException:
+        held.release()
+        raise
     watcher_id = secrets.token_hex(12)
-    _WATCHERS[watcher_id] = _Watcher(
-        call.sandbox.pk, target, recursive, _snapshot(call, target, recursive)
-    )
+    with _watchers_lock:
+        _WATCHERS[watcher_id] = _Watcher(
+            call.sandbox.pk, target, recursive, seen, held, time.monotonic()
+        )
     return watcher_id
 
 
@@ -224,17 +266,25 @@ async def create_watcher(call: Call) -> None:
 
 def _watcher(call: Call, request: Message) -> tuple[str, _Watcher]:
     watcher_id = request.get("watcherId", request.get("watcher_id"))
-    watcher = _WATCHERS.get(watcher_id) if isinstance(watcher_id, str) else None
+    if not isinstance(watcher_id, str) or not watcher_id:
+        raise invalid("watcherId", "name the watcher CreateWatcher gave")
+    with _watchers_lock:
+        watcher = _WATCHERS.get(watcher_id)
     if watcher is None or watcher.sandbox != call.sandbox.pk:
-        raise ConnectError("not_found", f"no watcher {watcher_id}")
-    return str(watcher_id), watcher
+        raise ConnectError(
+            "failed_precondition",
+            f"no watcher {watcher_id} in this web process: a watcher lives in the web process "
+            "that made it (route a sandbox's calls to one web process, by its E2b-Sandbox-Id), "
+            f"was removed, or lapsed after {WATCHER_IDLE_SECONDS:.0f} s unread",
+        )
+    return watcher_id, watcher
 
 
 def _watcher_events(call: Call, request: Message) -> list[Message]:
     _, watcher = _watcher(call, request)
     after = _snapshot(call, watcher.target, watcher.recursive)
     events = _changes(watcher.target, watcher.seen, after)
-    watcher.seen = after
+    watcher.seen, watcher.read_at = after, time.monotonic()
     return events
 
 
@@ -246,7 +296,7 @@ async def get_watcher_events(call: Call) -> None:
 
 async def remove_watcher(call: Call) -> None:
     watcher_id, _ = _watcher(call, await read_request(call.scope, call.receive))
-    _WATCHERS.pop(watcher_id, None)
+    _drop(watcher_id)
     await send_unary(call.send, {})
 
 

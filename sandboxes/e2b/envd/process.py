@@ -28,6 +28,7 @@ from sandboxes.e2b.envd.connect import (
 )
 from sandboxes.e2b.envd.outputs import ended, event, pid_of
 from sandboxes.models import Exec, ExecState
+from sandboxes.services.shares import long_call
 
 TAG_VARIABLE = "E2B_PROCESS_TAG"
 _SIGNALS = {"SIGNAL_SIGKILL": "KILL", "SIGNAL_SIGTERM": "TERM", 9: "KILL", 15: "TERM"}
@@ -107,25 +108,28 @@ async def start(call: Call) -> None:
     if request.get("pty"):
         await pty.start(call, request)
         return
-    record = await in_pool(_start, call, request)
-    await _follow(call, record)
+    with long_call(call.sandbox.pipeline_id):  # taken before anything starts
+        record = await in_pool(_start, call, request)
+        await _follow(call, record)
 
 
 async def connect(call: Call) -> None:
     request = await read_request(call.scope, call.receive)
     record = await in_pool(_selected, call, request.get("process"))
-    if pty.has(record.pk):
+    if pty.is_pty(record):
         await pty.connect(call, record)
         return
-    await _follow(call, record)
+    with long_call(call.sandbox.pipeline_id):
+        await _follow(call, record)
 
 
 async def _follow(call: Call, record: Exec) -> None:
     """The exec's events as Connect messages until its end, the client's leaving, or the
-    call's deadline (`Connect-Timeout-Ms`)."""
+    call's deadline (`Connect-Timeout-Ms`). The caller holds one of the pipeline's long
+    calls meanwhile, as the bot API's stream of an exec does."""
     stream = Stream(call.send)
     await stream.message(event("start", {"pid": pid_of(record.pk)}))
-    work = until_gone(call, _relay(stream, services.exec_events(record, 0)))
+    work = until_gone(call, _relay(stream, services.exec_events(record, 0, raw=True)))
     await stream.run(work, call.deadline())
 
 
@@ -135,8 +139,8 @@ async def _relay(stream: Stream, events: AsyncIterator[dict[str, Any]]) -> None:
     end: Message | None = None
     async for said in events:
         kind = said["event"]
-        if kind == "chunk":
-            data = base64.b64encode(said["text"].encode()).decode()
+        if kind == "chunk":  # bytes fields are base64 in protobuf's JSON
+            data = base64.b64encode(said["data"]).decode()
             await stream.message(event("data", {said["stream"]: data}))
         elif kind == "keepalive":
             await stream.message(event("keepalive", {}))
@@ -175,7 +179,7 @@ async def list_processes(call: Call) -> None:
 def _write(call: Call, selector: object, given: object, *, eof: bool = False) -> None:
     record = _selected(call, selector)
     if isinstance(given, dict) and "pty" in given:
-        pty.write(record, _bytes(given["pty"], "input.pty"))
+        pty.write(call, record, _bytes(given["pty"], "input.pty"))
         return
     data = _bytes(given.get("stdin", ""), "input.stdin") if isinstance(given, dict) else b""
     services.write_exec_stdin(record, data, call.actor, eof=eof)
@@ -217,8 +221,8 @@ def _signal(call: Call, request: Message) -> None:
     signal = _SIGNALS.get(request.get("signal"))
     if signal is None:
         raise invalid("signal", "must be SIGNAL_SIGKILL or SIGNAL_SIGTERM")
-    if pty.has(record.pk) and signal == "KILL":
-        pty.kill(record)
+    if pty.is_pty(record) and signal == "KILL":
+        pty.kill(call, record)
         return
     services.kill_exec(record, call.actor, signal=signal)
 
@@ -233,7 +237,7 @@ async def update(call: Call) -> None:
     request = await read_request(call.scope, call.receive)
     record = await in_pool(_selected, call, request.get("process"))
     size = ((request.get("pty") or {}).get("size")) or {}
-    await in_pool(pty.resize, record, size.get("cols"), size.get("rows"))
+    await in_pool(pty.resize, call, record, size.get("cols"), size.get("rows"))
     await send_unary(call.send, {})
 
 

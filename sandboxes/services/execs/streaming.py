@@ -1,8 +1,10 @@
 """An exec's output pushed as it is produced, to its end: what an event stream (the API's
 server-sent events) relays.
 
-The stream gives `chunk` events ({seq, stream, text}) as the agent reads them, then exactly
-one end: `exit` ({exit_code, timed_out, killed}, and done, status) or `gone` (the agent went
+The stream gives `chunk` events ({seq, stream, text}) as the agent reads them (with `raw`,
+{seq, stream, data}: the bytes as the command wrote them, where the agent pushes them; text
+encoded as UTF-8 where only text is left: an exec read from its record, or a stream that fell
+behind and reads the agent's copy), then exactly one end: `exit` ({exit_code, timed_out, killed}, and done, status) or `gone` (the agent went
 away: {reason}). A silence of KEEPALIVE_SECONDS gives a `keepalive`, for the relay to keep
 its connection open. A reader that falls behind by more than BACKLOG_CHARS gets the rest read
 from the agent's copy of the output, at its own pace; an exec only its record still knows is
@@ -27,8 +29,32 @@ CATCH_UP_PAUSE_SECONDS = 0.25
 Event = dict[str, Any]  # {"event": "chunk" | "exit" | "gone" | "keepalive", ...}
 
 
-async def exec_events(record: Exec, since_seq: int) -> AsyncGenerator[Event, None]:
+async def exec_events(
+    record: Exec, since_seq: int, *, raw: bool = False
+) -> AsyncGenerator[Event, None]:
     """The exec's events after chunk `since_seq`, to its end (see the module's docstring)."""
+    events = _events(record, since_seq)
+    try:
+        async for event in events:
+            if event["event"] == "chunk":
+                event = _as_bytes(event) if raw else _as_text(event)
+            yield event
+    finally:
+        await events.aclose()  # its subscription stopped now, not when it is collected
+
+
+def _as_text(chunk: Event) -> Event:
+    return {name: value for name, value in chunk.items() if name != "data"}
+
+
+def _as_bytes(chunk: Event) -> Event:
+    data = chunk.get("data")
+    if not isinstance(data, bytes):
+        data = str(chunk.get("text", "")).encode()
+    return {"event": "chunk", "seq": chunk["seq"], "stream": chunk["stream"], "data": data}
+
+
+async def _events(record: Exec, since_seq: int) -> AsyncGenerator[Event, None]:
     relay: BoundedRelay[Event] = BoundedRelay(
         asyncio.get_running_loop(), BACKLOG_CHARS, lambda event: len(event.get("text", "")) + 64
     )
