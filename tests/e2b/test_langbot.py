@@ -50,7 +50,7 @@ def test_a_langbot_session_runs_keeps_its_files_and_stops(
             await langbot.exec(session, _spec("chat-1", "cat note.txt; ls /workspace")),
         ]
         # A command that fails is LangBot's BoxError, with the SDK's words for it.
-        with pytest.raises(BoxError, match="exited with code 3 and error:\n?oops"):
+        with pytest.raises(BoxError, match=r"exited with code 3 and error:\n?oops"):
             await langbot.exec(session, _spec("chat-1", "echo oops >&2; exit 3"))
         alive = await langbot.is_session_alive(session)
         await langbot.stop_session(session)

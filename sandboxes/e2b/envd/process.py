@@ -85,13 +85,13 @@ def _command(config: Message) -> tuple[list[str] | str, dict[str, str], str]:
     return command, dict(envs), paths.cwd_of(cwd)
 
 
-def _start(call: Call, request: Message) -> Exec:
+def _exec_request(call: Call, request: Message) -> services.ExecRequest:
     command, envs, cwd = _command(request.get("process") or {})
     env = {"HOME": paths.HOME, "USER": paths.USER, "PWD": cwd, **envs}
     tag = request.get("tag")
     if isinstance(tag, str) and tag:
         env[TAG_VARIABLE] = tag
-    exec_request = services.clean_request(
+    return services.clean_request(
         call.sandbox,
         cmd=command,
         cwd=paths.to_workspace(cwd),
@@ -99,7 +99,6 @@ def _start(call: Call, request: Message) -> Exec:
         background=True,
         stdin=bool(request.get("stdin", False)),
     )
-    return services.start_exec(call.sandbox, exec_request, call.actor).block()
 
 
 async def start(call: Call) -> None:
@@ -107,8 +106,9 @@ async def start(call: Call) -> None:
     if request.get("pty"):
         await pty.start(call, request)
         return
-    record = await in_pool(_start, call, request)
-    await _follow(call, record)
+    exec_request = _exec_request(call, request)
+    record, events = await services.start_exec_events(call.sandbox, exec_request, call.actor)
+    await _follow(call, record, events)
 
 
 async def connect(call: Call) -> None:
@@ -117,15 +117,15 @@ async def connect(call: Call) -> None:
     if pty.has(record.pk):
         await pty.connect(call, record)
         return
-    await _follow(call, record)
+    await _follow(call, record, services.exec_events(record, 0))
 
 
-async def _follow(call: Call, record: Exec) -> None:
+async def _follow(call: Call, record: Exec, events: AsyncIterator[dict[str, Any]]) -> None:
     """The exec's events as Connect messages until its end, the client's leaving, or the
     call's deadline (`Connect-Timeout-Ms`)."""
     stream = Stream(call.send)
     await stream.message(event("start", {"pid": pid_of(record.pk)}))
-    work = until_gone(call, _relay(stream, services.exec_events(record, 0)))
+    work = until_gone(call, _relay(stream, events))
     await stream.run(work, call.deadline())
 
 
