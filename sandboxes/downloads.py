@@ -22,7 +22,7 @@ from sandboxes.services.files import Archive, FileInfo
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)")
 # A file's pieces are taken from the sandbox this many at a time (about 1 MiB) per hop
 # between the request threads and the event loop.
-_PIECES_PER_HOP = 16
+PIECES_PER_HOP = 16
 _POLICY = "sandbox; default-src 'none'"
 
 
@@ -48,7 +48,7 @@ def file_response(
                 sandbox, path, start=start, length=length, expect=info, activity=activity
             )
             response = StreamingHttpResponse(
-                pulled(stream, stream.close, batch=_PIECES_PER_HOP), status=206
+                pulled(stream, stream.close, batch=PIECES_PER_HOP), status=206
             )
             response["Content-Range"] = f"bytes {start}-{start + length - 1}/{info.size_bytes}"
             response["Content-Length"] = str(length)
@@ -60,7 +60,7 @@ def file_response(
         if unchanged is not None:
             stream.close()
             return _described(unchanged, info)
-    response = StreamingHttpResponse(pulled(stream, stream.close, batch=_PIECES_PER_HOP))
+    response = StreamingHttpResponse(pulled(stream, stream.close, batch=PIECES_PER_HOP))
     response["Content-Length"] = str(info.size_bytes)
     return _described(response, info)
 
@@ -69,7 +69,7 @@ def archive_response(archive: Archive) -> StreamingHttpResponse:
     """A directory's archive, sent as it is made (its length is not known before its end)."""
     stream = archive.stream
     response = StreamingHttpResponse(
-        pulled(stream, stream.close, batch=_PIECES_PER_HOP), content_type=archive.content_type
+        pulled(stream, stream.close, batch=PIECES_PER_HOP), content_type=archive.content_type
     )
     _attachment(response, archive.filename)
     return response

@@ -186,9 +186,11 @@ class AgentChannel:
         return request_id
 
     def unsubscribe(self, subscription: int, exec_id: str) -> None:
+        """Stop a subscription (or a run's watch). One whose exit has come is over in the
+        agent too (it drops an exec's subscribers as it ends): nothing is asked then."""
         with self._lock:
-            self._subscribers.pop(subscription, None)
-        if not self.closed:
+            live = self._subscribers.pop(subscription, None) is not None
+        if live and not self.closed:
             try:
                 self.call("unsubscribe", exec=exec_id, sub=subscription, deadline=5)
             except BoxyardError:

@@ -85,6 +85,13 @@ class SandboxPort(Protocol):
         self, exec_id: str, since_seq: int, on_event: Callable[[dict[str, Any]], None]
     ) -> Callable[[], None]: ...
 
+    def run_followed(
+        self, on_event: Callable[[dict[str, Any]], None], **fields: Any
+    ) -> tuple[int, "concurrent.futures.Future[dict[str, Any]]", Callable[[], None]]:
+        """A `run` whose output and end go to `on_event` from its first byte, as `follow`
+        gives them (`AgentPort.run_followed`)."""
+        ...
+
     def file_socket(self) -> socket.socket | None: ...
 
 
@@ -113,32 +120,30 @@ class AgentPort:
         self, exec_id: str, since_seq: int, on_event: Callable[[dict[str, Any]], None]
     ) -> Callable[[], None]:
         """Subscribe to what the agent keeps as `exec_id` (an exec, or a managed process's
-        run): `on_event` gets {"event": "chunk", seq, stream, text, data}, then one
-        {"event": "exit", exit_code, timed_out, killed} or {"event": "gone", reason}, from the
-        channel's reader thread. Returns the function that stops it. A chunk's `data` is its
-        bytes as the command wrote them; `text` is them decoded, invalid UTF-8 replaced (a
-        character split between two chunks too)."""
-
-        def relay(message: dict[str, Any]) -> None:
-            if message["event"] == "chunk":
-                chunk = answers.chunks([message])[0]
-                on_event({"event": "chunk", **chunk, "data": answers.data(message.get("data"))})
-            elif message["event"] == "exit":
-                status = message.get("status") or {}
-                on_event(
-                    {
-                        "event": "exit",
-                        "exit_code": answers.optional_int(status.get("exit_code")),
-                        "timed_out": status.get("timed_out") is True,
-                        "killed": status.get("killed") is True,
-                    }
-                )
-            else:
-                on_event({"event": "gone", "reason": message.get("reason", "")})
-
-        answer = self._agent.call("subscribe", exec=exec_id, since_seq=since_seq, on_event=relay)
+        run): `on_event` gets {"event": "chunk", seq, stream, text, data}, then one {"event":
+        "exit", exit_code, timed_out, killed, status} (`status`: the agent's report of the
+        end, as `status` answers it but for the output's first bytes) or {"event": "gone",
+        reason}, from the channel's reader thread. Returns the function that stops it. A
+        chunk's `data` is its bytes as the command wrote them; `text` is them decoded, invalid
+        UTF-8 replaced (a character split between two chunks too)."""
+        answer = self._agent.call(
+            "subscribe", exec=exec_id, since_seq=since_seq, on_event=_relayed(on_event)
+        )
         subscription = answer["_id"]
         return lambda: self._agent.unsubscribe(subscription, exec_id)
+
+    def run_followed(
+        self, on_event: Callable[[dict[str, Any]], None], **fields: Any
+    ) -> tuple[int, "concurrent.futures.Future[dict[str, Any]]", Callable[[], None]]:
+        """A `run` (`fields`) whose output and end go to `on_event` from its first byte, as
+        `follow` gives them, with no subscription of its own: the agent pushes them to the
+        run's own request (`watch`). (Its id, the future of its answer, the function that
+        stops following.)"""
+        request_id, answer = self._agent.ask(
+            "run", on_event=_relayed(on_event), watch=True, **fields
+        )
+        exec_id = str(fields["exec"])
+        return request_id, answer, lambda: self._agent.unsubscribe(request_id, exec_id)
 
     def file_socket(self) -> socket.socket | None:
         """A new connection to the agent's own socket for one file's bytes, or None where
@@ -146,6 +151,30 @@ class AgentPort:
         if not self.capabilities.direct_files:
             return None
         return engine_at(self._host).agent_socket(self._container)
+
+
+def _relayed(on_event: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
+    """The agent's events of an exec as `follow` gives them."""
+
+    def relay(message: dict[str, Any]) -> None:
+        if message["event"] == "chunk":
+            chunk = answers.chunks([message])[0]
+            on_event({"event": "chunk", **chunk, "data": answers.data(message.get("data"))})
+        elif message["event"] == "exit":
+            status = message.get("status") or {}
+            on_event(
+                {
+                    "event": "exit",
+                    "exit_code": answers.optional_int(status.get("exit_code")),
+                    "timed_out": status.get("timed_out") is True,
+                    "killed": status.get("killed") is True,
+                    "status": status,
+                }
+            )
+        else:
+            on_event({"event": "gone", "reason": message.get("reason", "")})
+
+    return relay
 
 
 def outdated(sandbox: Reachable) -> bool:

@@ -96,6 +96,20 @@ def test_background_stdin_list_connect_and_kill(sandbox: E2BSandbox) -> None:
     assert sandbox.commands.kill(sleeper.pid) is False  # gone: the SDK's False, not an error
 
 
+def test_a_process_the_client_leaves_runs_on_and_its_end_is_recorded(
+    sandbox: E2BSandbox,
+) -> None:
+    handle = sandbox.commands.run("read line; echo got:$line", background=True, stdin=True)
+    record = Exec.objects.get(sandbox_id=sandbox.sandbox_id)
+    handle.disconnect()  # the SDK stops following; the command goes on
+    assert handle.pid in {process.pid for process in sandbox.commands.list()}
+    sandbox.commands.send_stdin(handle.pid, "later\n")
+    wait_for(lambda: Exec.objects.get(pk=record.pk).state == ExecState.COMPLETED, 15)
+    record.refresh_from_db()
+    assert (record.exit_code, record.stdout) == (0, "got:later\n")
+    assert handle.pid not in {process.pid for process in sandbox.commands.list()}
+
+
 def test_a_pty_is_a_terminal_typed_into_resized_and_killed(sandbox: E2BSandbox) -> None:
     screen = bytearray()
     shown = threading.Event()

@@ -21,6 +21,7 @@ from boxyard.errors import N_, BoxyardError, InvalidInput
 from boxyard.threads import in_pool, pulled
 from config.bodies import StreamedBody, declared_length
 from sandboxes import services
+from sandboxes.downloads import PIECES_PER_HOP
 from sandboxes.e2b.envd import paths
 from sandboxes.e2b.envd.calls import Call, refuse_plain
 from sandboxes.e2b.envd.connect import Message, send_unary
@@ -59,7 +60,7 @@ async def download(call: Call) -> None:
             ],
         }
     )
-    async for piece in pulled(stream, stream.close):
+    async for piece in pulled(stream, stream.close, batch=PIECES_PER_HOP):
         await call.send({"type": "http.response.body", "body": piece, "more_body": True})
     await call.send({"type": "http.response.body", "body": b""})
 

@@ -86,13 +86,13 @@ def _command(config: Message) -> tuple[list[str] | str, dict[str, str], str]:
     return command, dict(envs), paths.cwd_of(cwd)
 
 
-def _start(call: Call, request: Message) -> Exec:
+def _exec_request(call: Call, request: Message) -> services.ExecRequest:
     command, envs, cwd = _command(request.get("process") or {})
     env = {"HOME": paths.HOME, "USER": paths.USER, "PWD": cwd, **envs}
     tag = request.get("tag")
     if isinstance(tag, str) and tag:
         env[TAG_VARIABLE] = tag
-    exec_request = services.clean_request(
+    return services.clean_request(
         call.sandbox,
         cmd=command,
         cwd=paths.to_workspace(cwd),
@@ -100,7 +100,6 @@ def _start(call: Call, request: Message) -> Exec:
         background=True,
         stdin=bool(request.get("stdin", False)),
     )
-    return services.start_exec(call.sandbox, exec_request, call.actor).block()
 
 
 async def start(call: Call) -> None:
@@ -109,8 +108,11 @@ async def start(call: Call) -> None:
         await pty.start(call, request)
         return
     with long_call(call.sandbox.pipeline_id):  # taken before anything starts
-        record = await in_pool(_start, call, request)
-        await _follow(call, record)
+        exec_request = _exec_request(call, request)
+        record, events = await services.start_exec_events(
+            call.sandbox, exec_request, call.actor, raw=True
+        )
+        await _follow(call, record, events)
 
 
 async def connect(call: Call) -> None:
@@ -120,16 +122,16 @@ async def connect(call: Call) -> None:
         await pty.connect(call, record)
         return
     with long_call(call.sandbox.pipeline_id):
-        await _follow(call, record)
+        await _follow(call, record, services.exec_events(record, 0, raw=True))
 
 
-async def _follow(call: Call, record: Exec) -> None:
+async def _follow(call: Call, record: Exec, events: AsyncIterator[dict[str, Any]]) -> None:
     """The exec's events as Connect messages until its end, the client's leaving, or the
     call's deadline (`Connect-Timeout-Ms`). The caller holds one of the pipeline's long
     calls meanwhile, as the bot API's stream of an exec does."""
     stream = Stream(call.send)
     await stream.message(event("start", {"pid": pid_of(record.pk)}))
-    work = until_gone(call, _relay(stream, services.exec_events(record, 0, raw=True)))
+    work = until_gone(call, _relay(stream, events))
     await stream.run(work, call.deadline())
 
 

@@ -29,7 +29,7 @@ from sandboxes.services.execs.running import (
     run_exec,
     start_exec,
 )
-from sandboxes.services.execs.streaming import exec_events
+from sandboxes.services.execs.streaming import exec_events, start_exec_events
 
 __all__ = [
     "ExecRequest",
@@ -47,6 +47,7 @@ __all__ = [
     "kill_exec",
     "run_exec",
     "start_exec",
+    "start_exec_events",
     "subscribe",
     "wait_exec",
     "write_exec_stdin",

@@ -114,17 +114,17 @@ def finish_from_status(
     return end(record, state, **values)
 
 
-def _heads(record: Exec, port: SandboxPort | None) -> tuple[bytes, bytes]:
-    """The first bytes of each stream, from the agent; nothing if it has let the exec go (it
-    keeps finished ones within a cap)."""
+def _heads(record: Exec, port: SandboxPort | None) -> tuple[object, object]:
+    """The first bytes of each stream, from the agent, as it sends them (base64); nothing if
+    it has let the exec go (it keeps finished ones within a cap)."""
     sandbox = record.sandbox
     try:
         if port is None:
             port = port_of(sandbox)
         status = port.call("status", exec=str(record.id), limit=sandbox.pipeline.output_limit_bytes)
     except NotFound:
-        return b"", b""
-    return answers.data(status.get("stdout")), answers.data(status.get("stderr"))
+        return None, None
+    return status.get("stdout"), status.get("stderr")
 
 
 def fail(record: Exec, state: ExecState, error: str) -> Exec:

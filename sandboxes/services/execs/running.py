@@ -12,7 +12,7 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 from uuid import UUID
 
@@ -47,7 +47,8 @@ log = logging.getLogger(__name__)
 
 # Background execs are watched by the process that started them with waits this long.
 _WATCH_SECONDS = 300
-# Record the end of commands whose caller went away (a moment's work each, as they end).
+# Record the end of commands whose caller went away, and of followed ones as the agent reports
+# it (a moment's work each, as they end).
 _RECORDERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="exec-end")
 # How long past its own timeout we wait for a command to be reported ended before giving up
 # on it (the watchdog in the sandbox has killed it by then).
@@ -62,6 +63,33 @@ class ExecWatch(Protocol):
     def started(self, record: Exec) -> None: ...
 
     def chunk(self, chunk: dict[str, Any]) -> None: ...
+
+
+class _Follow:
+    """Who follows a background command from its first byte (`start_followed_exec`): its
+    events, from the channel's reader thread, and what leaving them early takes. The end is
+    recorded as soon as the agent reports it, off that thread, whether or not anyone still
+    reads the events: the exit event carries the recording as a future (`recorded`)."""
+
+    def __init__(self, on_event: Callable[[dict[str, Any]], None]) -> None:
+        self.on_event = on_event
+        self.record_end: Callable[[dict[str, Any]], Exec] | None = None
+        self.leave: Callable[[], None] = lambda: None
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        if event["event"] == "exit" and self.record_end is not None:
+            event["recorded"] = _RECORDERS.submit(self.record_end, event.pop("status", {}))
+        self.on_event(event)
+
+
+@dataclass(frozen=True)
+class Followed:
+    """A background exec followed from its first byte: its record, and `leave()`, for a
+    follower that stops reading before the exit (this process then watches for the end, as
+    it does for any background exec)."""
+
+    record: Exec
+    leave: Callable[[], None]
 
 
 def run_exec(
@@ -109,6 +137,24 @@ def start_exec(
         raise
 
 
+def start_followed_exec(
+    sandbox: Sandbox,
+    request: ExecRequest,
+    actor: Actor,
+    on_event: Callable[[dict[str, Any]], None],
+) -> Followed:
+    """Start a background command whose output and end go to `on_event` from its first byte,
+    as `subscribe` gives them, in the one request that starts it (no subscription of its
+    own). Its end is recorded as the exit's report comes (the exit event's `recorded`, a
+    future of the record), so this process does not watch for it as it does for any other
+    background exec; a follower that stops reading before the exit calls `leave()`."""
+    if not request.background:
+        raise ValueError("only a background command is followed from its start")
+    follow = _Follow(on_event)
+    record = _start(sandbox, request, actor, None, None, None, None, follow).block()
+    return Followed(record, follow.leave)
+
+
 def _start(
     sandbox: Sandbox,
     request: ExecRequest,
@@ -117,6 +163,7 @@ def _start(
     epoch: int | None,
     watch: ExecWatch | None,
     held: Held | None,
+    follow: _Follow | None = None,
 ) -> Awaited[Exec]:
     with acting_on(sandbox, actor, N_("exec"), holder=holder, epoch=epoch) as acting:
         sandbox, lease = acting.sandbox, acting.lease
@@ -140,7 +187,7 @@ def _start(
         announce(record, ended=False)
     if watch is not None:
         watch.started(record)
-    return _run(sandbox, record, request, init, actor, watch, held)
+    return _run(sandbox, record, request, init, actor, watch, held, follow)
 
 
 def session_init(sandbox: Sandbox, name: str) -> dict[str, Any]:
@@ -168,6 +215,7 @@ def _run(
     actor: Actor,
     watch: ExecWatch | None,
     held: Held | None,
+    follow: _Follow | None,
 ) -> Awaited[Exec]:
     """Run in a session (`init` says how it starts if the agent does not have it yet), or
     fresh, outside any session, when `init` is None."""
@@ -205,14 +253,19 @@ def _run(
         payload["watch"] = True  # the agent pushes the output to this run's own id
         relay = _relay(watch)
     try:
-        request_id, answer = agent.ask("run", on_event=relay, **payload)
+        if follow is not None:
+            follow.record_end = lambda status: _end_reported(record, status, agent)
+            request_id, answer, unfollow = agent.run_followed(follow, **payload)
+            follow.leave = lambda: _leave(unfollow, agent, record.pk, limit)
+        else:
+            request_id, answer = agent.ask("run", on_event=relay, **payload)
     except (AgentGone, RuntimeFailure) as error:
         raise _lost_container(sandbox, record, error, actor) from error
     # A long command must not hold a database connection while it runs.
     release_connection()
 
     def finish(get: Get) -> Exec:
-        return _ran(sandbox, agent, record, request, actor, get)
+        return _ran(sandbox, agent, record, request, actor, get, watched=follow is None)
 
     def abandon() -> None:
         # Nobody waits any more, but the command runs on: its end is recorded when it comes,
@@ -251,8 +304,11 @@ def _ran(
     request: ExecRequest,
     actor: Actor,
     get: Get,
+    *,
+    watched: bool = True,
 ) -> Exec:
-    """The exec as the agent's answer to `run` leaves it."""
+    """The exec as the agent's answer to `run` leaves it; a background one's end watched
+    for in this process unless it is followed (not `watched`)."""
     limit = sandbox.pipeline.output_limit_bytes
     try:
         status = get()
@@ -266,7 +322,8 @@ def _ran(
             return finish_from_status(
                 record, agent.call("status", exec=str(record.id), limit=limit), agent
             )
-        _watch(agent, record.pk, limit)
+        if watched:
+            _watch(agent, record.pk, limit)
         return record
     if (
         status.get("exit_code") == BAD_CWD
@@ -313,6 +370,25 @@ def _lost_container(
         return containers.gone(sandbox, stopped, actor)
     fail(record, ExecState.LOST, str(error))
     return error
+
+
+def _end_reported(record: Exec, status: dict[str, Any], agent: SandboxPort) -> Exec:
+    """A followed exec's end, recorded from the agent's report (in a recorder thread)."""
+    try:
+        return finish_from_status(record, status, agent)
+    except Exception:
+        log.exception("recording the end of followed exec %s failed", record.pk)
+        raise
+    finally:
+        release_connection()
+
+
+def _leave(unfollow: Callable[[], None], agent: SandboxPort, exec_pk: UUID, limit: int) -> None:
+    """A followed background exec left before its end was recorded: its end watched for."""
+    try:
+        unfollow()
+    finally:
+        _watch(agent, exec_pk, limit)
 
 
 def _watch(agent: SandboxPort, exec_pk: UUID, limit: int) -> None:
