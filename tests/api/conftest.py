@@ -57,13 +57,14 @@ def billing(make_pipeline: Any) -> Bot:
     return _bot(make_pipeline(slug="billing"))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def server(
     tmp_path_factory: pytest.TempPathFactory, django_db_setup: None, engine: Any
 ) -> Iterator[Server]:
     """One Boxyard served with the default settings (`manage.py serve`), on the test database,
-    for every module here that needs no settings of its own (a server start costs seconds):
+    for each module here that needs no settings of its own (a server start costs seconds):
     each test's rows and containers are removed after it (the database flush,
-    `docker_engine`)."""
+    `docker_engine`). One per module, never longer: its worker's periodic work (reconcile,
+    the fleet's samples) acts on the same database and engine as the tests after it."""
     with served(tmp_path_factory.mktemp("served")) as running:
         yield running
