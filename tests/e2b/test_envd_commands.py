@@ -86,8 +86,9 @@ def test_background_stdin_list_connect_and_kill(sandbox: E2BSandbox) -> None:
     assert [(r.exit_code, r.stdout) for r in results] == [(0, "echo:hello\necho:a\necho:b\nbye\n")]
     assert handle.pid not in {process.pid for process in sandbox.commands.list()}
 
-    sleeper = sandbox.commands.run("echo up; sleep 600", background=True)
+    sleeper = sandbox.commands.run("echo up; touch /home/user/up; sleep 600", background=True)
     again = sandbox.commands.connect(sleeper.pid)
+    wait_for(lambda: sandbox.files.exists("/home/user/up"), 15)  # its "up" is written by then
     assert sandbox.commands.kill(sleeper.pid) is True
     with pytest.raises(CommandExitException) as killed:
         again.wait()
