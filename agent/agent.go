@@ -20,6 +20,7 @@ type Agent struct {
 	finishedOrder []*Exec
 	output        *budget
 	processes     map[string]*Process
+	kernels       map[string]*Kernel
 	shellPath     string
 	shellName     string
 	baseEnv       []string
@@ -31,6 +32,7 @@ func newAgent(outputBytes int) *Agent {
 		sessions:  map[string]*Session{},
 		execs:     map[string]*Exec{},
 		processes: map[string]*Process{},
+		kernels:   map[string]*Kernel{},
 		baseEnv:   os.Environ(),
 	}
 	a.shellPath, a.shellName = findShell()
@@ -103,7 +105,8 @@ func (a *Agent) unsubscribeAll(c *conn) {
 // reset ends every process of the sandbox user, whatever it is and however it hid (it works
 // with the sandbox at its pids limit: killing forks nothing). Running commands end as
 // killed; sessions start a new shell at their next command, with their last state; managed
-// processes start again at once. The workspace is not touched.
+// processes start again at once; code contexts start a new interpreter at their next run.
+// The workspace is not touched.
 func (a *Agent) reset() int {
 	a.mu.Lock()
 	running := make([]*Exec, 0)

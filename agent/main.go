@@ -42,8 +42,8 @@ import (
 // The protocol's version, answered to ping: 2 added fresh runs (outside any session);
 // 3 runs as root over the sandbox user (tags, reset, oom_killed, statfs, terminal.end);
 // 4 moves files over a connection of their own ("file": put and get); 5 lets a run subscribe
-// its own connection to its output ("watch").
-const version = "5"
+// its own connection to its output ("watch"); 6 runs code in contexts (kernel.go).
+const version = "6"
 
 var (
 	stateDir   = "/.boxyard-run"

@@ -10,7 +10,8 @@ package main
 //
 // Ops: ping; session.ensure, session.list, session.delete; run; status; output; wait; kill;
 // stdin; subscribe, unsubscribe; process.start, process.list, process.restart, process.stop;
-// reset; statfs; terminal.end. A connection whose first request is "file" carries one file
+// reset; statfs; terminal.end; code.run, context.create, context.list, context.restart,
+// context.delete (kernel.go). A connection whose first request is "file" carries one file
 // and nothing else (files.go, serveFile).
 
 import (
@@ -47,6 +48,9 @@ type request struct {
 	Restart    bool              `json:"restart,omitempty"`
 	Watch      bool              `json:"watch,omitempty"`
 	Sub        uint64            `json:"sub,omitempty"`
+	Context    string            `json:"context,omitempty"`
+	Language   string            `json:"language,omitempty"`
+	Code       string            `json:"code,omitempty"`
 }
 
 type sessionInit struct {
@@ -298,6 +302,22 @@ func (a *Agent) dispatch(c *conn, req *request) {
 	case "statfs":
 		usage, err := workspaceUsage()
 		c.answer(req.ID, usage, err)
+	case "code.run":
+		a.runCode(c, req)
+	case "context.create":
+		k, err := a.createContext(req)
+		if err != nil {
+			c.answer(req.ID, nil, err)
+			return
+		}
+		c.answer(req.ID, k.info(), nil)
+	case "context.list":
+		c.answer(req.ID, reply{"contexts": a.listContexts()}, nil)
+	case "context.restart":
+		info, err := a.restartContext(req.Context)
+		c.answer(req.ID, info, err)
+	case "context.delete":
+		c.answer(req.ID, nil, a.deleteContext(req.Context))
 	case "terminal.end":
 		killed, err := endTerminal(req.Exec)
 		c.answer(req.ID, reply{"killed": killed}, err)

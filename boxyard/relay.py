@@ -19,9 +19,12 @@ T = TypeVar("T")
 
 class BoundedRelay(Generic[T]):
     def __init__(
-        self, loop: asyncio.AbstractEventLoop, limit: int, size: Callable[[T], int]
+        self, loop: asyncio.AbstractEventLoop | None, limit: int, size: Callable[[T], int]
     ) -> None:
+        # None: the loop of the first `get` (a thread may push before any coroutine reads:
+        # what it pushes waits here until then).
         self._loop = loop
+        self._early: list[tuple[T | None, int]] = []
         self._limit = limit
         self._size = size
         self._queue: asyncio.Queue[tuple[T | None, int]] = asyncio.Queue()
@@ -52,6 +55,10 @@ class BoundedRelay(Generic[T]):
         return accepted
 
     def _deliver(self, item: T | None, size: int) -> None:
+        with self._lock:
+            if self._loop is None:
+                self._early.append((item, size))
+                return
         try:
             self._loop.call_soon_threadsafe(self._queue.put_nowait, (item, size))
         except RuntimeError:
@@ -60,6 +67,12 @@ class BoundedRelay(Generic[T]):
     async def get(self, timeout: float) -> T | None:
         """The next item; None when the relay has overflowed and everything held before has
         been taken. Raises TimeoutError after `timeout` seconds without an item."""
+        with self._lock:
+            if self._loop is None:
+                self._loop = asyncio.get_running_loop()
+                for early in self._early:
+                    self._queue.put_nowait(early)
+                self._early = []
         while True:
             with self._lock:
                 if self.overflowed and self._held == 0:

@@ -255,6 +255,39 @@ class ShellSession(models.Model):
         return self.name
 
 
+class CodeLanguage(models.TextChoices):
+    PYTHON = "python", "Python"
+    JAVASCRIPT = "javascript", "JavaScript"
+
+
+class CodeContext(models.Model):
+    """A code context of a sandbox (a stateful interpreter), as it was created.
+
+    Its state (variables, imports) lives in the interpreter the agent runs in the sandbox;
+    this row brings the context back, without that state, if the container or the agent is
+    new. The `default` context (Python in the sandbox's workdir) needs no row.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    sandbox = models.ForeignKey(Sandbox, on_delete=models.CASCADE, related_name="code_contexts")
+    name = models.CharField(max_length=64)
+    language = models.CharField(
+        max_length=16, choices=CodeLanguage.choices, default=CodeLanguage.PYTHON
+    )
+    cwd = models.CharField(max_length=1024, default="/workspace")
+    actor = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["sandbox", "name"], name="one_code_context_per_name")
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class ExecState(models.TextChoices):
     RUNNING = "running", _("Running")
     COMPLETED = "completed", _("Completed")
@@ -270,6 +303,9 @@ class Exec(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     sandbox = models.ForeignKey(Sandbox, on_delete=models.CASCADE, related_name="execs")
     session = models.CharField(max_length=64, default="default")
+    # A run of code: its context's language (`session` is then the context's name); empty
+    # for a command.
+    language = models.CharField(max_length=16, blank=True, default="")
     command: Any = models.JSONField(help_text="argv list, or a shell string")
     cwd = models.CharField(max_length=1024)
     env = models.JSONField(default=dict, blank=True)

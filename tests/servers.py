@@ -43,6 +43,8 @@ def served(tmp_path: Path, **environment: str) -> Iterator[Server]:
         BOXYARD_ALLOWED_HOSTS="127.0.0.1",
         BOXYARD_IMAGE_ALLOWLIST=settings.BOXYARD_TEST_IMAGE,
         BOXYARD_DEFAULT_IMAGE=settings.BOXYARD_TEST_IMAGE,
+        # The disks' keeper needs flock and mkfs (the default image), whichever starts it.
+        BOXYARD_DISK_IMAGE=settings.BOXYARD_DISK_IMAGE,
         PYTHONUNBUFFERED="1",
         # Tests of everything but the rate limit make calls as fast as they can.
         BOXYARD_RATE_LIMIT="off",

@@ -4,8 +4,8 @@ mapped once, in `config.api`."""
 
 from ninja import Router
 
-from sandboxes.api import execs, files, links, raw, sandboxes, shells
+from sandboxes.api import code, execs, files, links, raw, sandboxes, shells
 
 router = Router()
-for routes in (sandboxes, execs, files, raw, links, shells):
+for routes in (sandboxes, execs, code, files, raw, links, shells):
     router.add_router("", routes.router)

@@ -26,7 +26,7 @@ from sandboxes.images.building import (
 )
 from sandboxes.runtime import LABEL_WORKSPACE_UID, Runtime
 
-RECIPE = "debian-bookworm-1"
+RECIPE = "debian-bookworm-2"
 DEBIAN_SUITE = "bookworm"
 DEBIAN_PACKAGES = (
     "python3",
@@ -38,6 +38,20 @@ DEBIAN_PACKAGES = (
     "bzip2",
     "unzip",
 )
+# The code interpreter: a Jupyter kernel and what analyses use, there with the network off;
+# and a JavaScript runtime. Installed by apt in the tree after debootstrap, without the
+# packages they only recommend (debootstrap's own resolver would pick compilers and
+# debuggers for their virtual dependencies).
+CODE_PACKAGES = (
+    "python3-ipykernel",
+    "python3-numpy",
+    "python3-pandas",
+    "python3-matplotlib",
+    "nodejs",
+)
+# Matplotlib's font list, made once at build time; the kernels copy it into their own
+# writable cache so that a first chart does not scan the fonts.
+MATPLOTLIB_CACHE = "/usr/local/share/boxyard/matplotlib"
 FALLBACK_MIRROR = "http://deb.debian.org/debian"
 MIRROR_ENV = "BOXYARD_DEBIAN_MIRROR"
 
@@ -57,6 +71,8 @@ def build(reference: str, progress: Progress, runtime: Runtime | None = None) ->
         _debootstrap(debootstrap, rootfs, mirror, progress)
         if still_mounted := unmount_below(rootfs):
             raise RuntimeFailure(f"Cannot unmount {', '.join(still_mounted)} after debootstrap")
+        progress(f"Installing {', '.join(CODE_PACKAGES)}")
+        _install_code_packages(rootfs, progress)
         progress("Adding the sandbox user and trimming the tree")
         _customize_debian(rootfs, uid, gid)
         tar_path = workdir / "rootfs.tar"
@@ -175,6 +191,39 @@ def _debootstrap(debootstrap: str, rootfs: Path, mirror: str, progress: Progress
             f"debootstrap failed (exit {code}) using mirror {mirror} "
             f"(set {MIRROR_ENV} to use another):\n" + "\n".join([*said, *log])
         )
+
+
+def _install_code_packages(rootfs: Path, progress: Progress) -> None:
+    """apt-get in the new tree (chroot): the code interpreter's packages, then matplotlib's
+    font list made once."""
+    chroot = require_tool("chroot")
+    shutil.copyfile("/etc/resolv.conf", rootfs / "etc/resolv.conf")
+    env = {"PATH": tool_path(), "DEBIAN_FRONTEND": "noninteractive", "LANG": "C.UTF-8"}
+    cache = MATPLOTLIB_CACHE
+    steps = (
+        ["apt-get", "update", "-q"],
+        ["apt-get", "install", "-y", "-q", "--no-install-recommends", *CODE_PACKAGES],
+        ["env", f"MPLCONFIGDIR={cache}", "python3", "-c", "import matplotlib.font_manager"],
+        ["chmod", "-R", "a+rX", cache],
+    )
+    for step in steps:
+        said: deque[str] = deque(maxlen=10)
+        process = subprocess.run(
+            [chroot, str(rootfs), *step],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            check=False,
+        )
+        for line in process.stdout.splitlines():
+            if line := line.rstrip():
+                said.append(line)
+        progress(f"{step[0]} {step[1]}: exit {process.returncode}")
+        if process.returncode != 0:
+            raise RuntimeFailure(
+                f"{' '.join(step[:3])} failed (exit {process.returncode}):\n" + "\n".join(said)
+            )
 
 
 def _tail_lines(path: Path, count: int) -> list[str]:

@@ -8,7 +8,7 @@ once: its input and output shapes, the service it runs, its presenter and its hi
 
 from typing import Any
 
-from sandboxes.operations import execs, files, sandboxes, shells
+from sandboxes.operations import code, execs, files, sandboxes, shells
 from sandboxes.operations.record import (
     HIDDEN,
     Answer,
@@ -27,6 +27,7 @@ TOOLS: tuple[Operation[Any, Any], ...] = (
     execs.EXEC_OUTPUT,
     execs.EXEC_WAIT,
     execs.EXEC_KILL,
+    code.RUN_CODE,
     files.WRITE,
     files.READ,
     files.LIST,
@@ -52,6 +53,10 @@ OPERATIONS: tuple[Operation[Any, Any], ...] = (
     shells.PROCESS_STDIN,
     shells.PROCESS_OUTPUT,
     shells.PROCESS_RESTART,
+    code.LIST_CONTEXTS,
+    code.CREATE_CONTEXT,
+    code.RESTART_CONTEXT,
+    code.DELETE_CONTEXT,
 )
 
 __all__ = [

@@ -31,6 +31,7 @@ from boxyard.errors import (
     InvalidInput,
     Message,
     NotFound,
+    QuotaExceeded,
     RuntimeFailure,
 )
 from boxyard.threads import locked, waiting
@@ -48,12 +49,14 @@ def _agent_error(message: dict[str, Any]) -> BoxyardError:
     code = message.get("code", "internal")
     said = message.get("error")  # the agent's own words stay as it says them
     text: str | Message = str(said) if said else N_("the sandbox agent refused the request")
-    if code in ("unknown_exec", "unknown_session", "unknown_process"):
+    if code in ("unknown_exec", "unknown_session", "unknown_process", "unknown_context"):
         error: BoxyardError = NotFound(text)
-    elif code == "busy":
+    elif code in ("busy", "context_exists"):
         error = Conflict(text)
-    elif code == "bad_request":
-        error = InvalidInput("request", text)
+    elif code == "too_many":
+        error = QuotaExceeded(text)
+    elif code in ("bad_request", "unsupported_language"):
+        error = InvalidInput("language" if code == "unsupported_language" else "request", text)
     else:
         error = RuntimeFailure(N_("the sandbox agent failed: %(text)s", text=text))
     error.agent_code = code  # type: ignore[attr-defined]  # the agent's own code, for debugging

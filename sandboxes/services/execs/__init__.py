@@ -18,7 +18,9 @@ from sandboxes.services.execs.reading import (
     wait_exec,
 )
 from sandboxes.services.execs.requests import (
+    CodeRequest,
     ExecRequest,
+    clean_code_request,
     clean_cwd,
     clean_env,
     clean_request,
@@ -32,9 +34,11 @@ from sandboxes.services.execs.running import (
 from sandboxes.services.execs.streaming import exec_events, start_exec_events
 
 __all__ = [
+    "CodeRequest",
     "ExecRequest",
     "ExecWatch",
     "await_exec",
+    "clean_code_request",
     "clean_cwd",
     "clean_env",
     "clean_request",

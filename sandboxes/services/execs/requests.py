@@ -146,3 +146,80 @@ def _clean_timeout(pipeline: Pipeline, timeout_seconds: int | None, background: 
     if not 1 <= timeout_seconds <= ceiling:
         raise InvalidInput("timeout_seconds", N_("must be between 1 and %(most)s", most=ceiling))
     return timeout_seconds
+
+
+MAX_CODE_BYTES = 1024 * 1024
+CODE_LANGUAGES = {"python": "python", "javascript": "javascript", "js": "javascript"}
+
+
+@dataclass(frozen=True)
+class CodeRequest:
+    """A validated run of code in a context: an exec whose program is the context's
+    interpreter (`session` is the context's name)."""
+
+    code: str
+    language: str
+    session: str  # the context
+    env: dict[str, str]  # for this run only
+    timeout_seconds: int | None
+    cwd: None = None
+    background: bool = False
+    one_shot: bool = False
+    stdin: bool = False
+    pipeline_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def command(self) -> str:
+        return self.code
+
+
+def clean_code_request(
+    target: Sandbox | Pipeline,
+    *,
+    code: str,
+    context: str | None = None,
+    language: str | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout_seconds: int | None = None,
+) -> CodeRequest:
+    """Check a run of code against the sandbox's pipeline: code within its size, a context's
+    name, a language Boxyard runs, the timeout within the pipeline's ceiling."""
+    if "\x00" in code:
+        raise InvalidInput("code", N_("must not contain NUL characters"))
+    if len(code.encode()) > MAX_CODE_BYTES:
+        raise InvalidInput("code", N_("is longer than %(count)s bytes", count=MAX_CODE_BYTES))
+    named = clean_language(language) if language else ""
+    name = clean_context_name(context)
+    if not context and named not in ("", "python"):
+        name = f"default-{named}"  # each language has a default context of its own
+    return CodeRequest(
+        code=code,
+        language=named,
+        session=name,
+        env=clean_env(env),
+        timeout_seconds=_clean_timeout(
+            target.pipeline if isinstance(target, Sandbox) else target, timeout_seconds, False
+        ),
+    )
+
+
+def clean_language(language: str) -> str:
+    """A language Boxyard has an interpreter for, by its name or alias."""
+    named = CODE_LANGUAGES.get(language.strip().lower())
+    if named is None:
+        raise InvalidInput(
+            "language", N_("%(language)r is not one of python, javascript", language=language)
+        )
+    return named
+
+
+def clean_context_name(context: str | None) -> str:
+    """A code context's name ("default" when none is given)."""
+    if context is None or context == "":
+        return "default"
+    if not _SESSION_NAME.fullmatch(context):
+        raise InvalidInput(
+            "context_id",
+            N_("must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"),
+        )
+    return context

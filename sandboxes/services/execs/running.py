@@ -34,16 +34,19 @@ from boxyard.slots import Held
 from boxyard.threads import release_connection
 from hosts.engines import runtime_of
 from sandboxes.guard import acting_on
-from sandboxes.models import Exec, ExecState, Sandbox, ShellSession
+from sandboxes.models import CodeContext, Exec, ExecState, Sandbox, ShellSession
 from sandboxes.runtime import answers
 from sandboxes.runtime.port import AgentOutdated, SandboxPort, port_of
 from sandboxes.scripts import BAD_CWD
 from sandboxes.services import booting, containers
 from sandboxes.services.execs.ending import announce, fail, finish_from_status
-from sandboxes.services.execs.requests import ExecRequest
+from sandboxes.services.execs.requests import CodeRequest, ExecRequest
 from sandboxes.services.shares import long_call
 
 log = logging.getLogger(__name__)
+
+# A command, or a run of code in a context: both are execs.
+RunRequest = ExecRequest | CodeRequest
 
 # Background execs are watched by the process that started them with waits this long.
 _WATCH_SECONDS = 300
@@ -94,7 +97,7 @@ class Followed:
 
 def run_exec(
     sandbox: Sandbox,
-    request: ExecRequest,
+    request: RunRequest,
     actor: Actor,
     *,
     holder: str | None = None,
@@ -110,7 +113,7 @@ def run_exec(
 
 def start_exec(
     sandbox: Sandbox,
-    request: ExecRequest,
+    request: RunRequest,
     actor: Actor,
     *,
     holder: str | None = None,
@@ -157,7 +160,7 @@ def start_followed_exec(
 
 def _start(
     sandbox: Sandbox,
-    request: ExecRequest,
+    request: RunRequest,
     actor: Actor,
     holder: str | None,
     epoch: int | None,
@@ -170,10 +173,15 @@ def _start(
         assert lease is not None
         if sandbox.env:  # the sandbox's own environment, under the command's
             request = replace(request, env={**sandbox.env, **request.env})
-        init = None if request.one_shot else session_init(sandbox, request.session)
+        init: dict[str, Any] | None
+        if isinstance(request, CodeRequest):
+            init, request = context_init(sandbox, request)
+        else:
+            init = None if request.one_shot else session_init(sandbox, request.session)
         record = Exec.objects.create(
             sandbox=sandbox,
             session=request.session,
+            language=request.language if isinstance(request, CodeRequest) else "",
             command=request.command,
             cwd=request.cwd or "",
             env=request.env,
@@ -207,26 +215,50 @@ def session_init(sandbox: Sandbox, name: str) -> dict[str, Any]:
     return {"cwd": row.cwd, "env": row.env}
 
 
-def _run(
-    sandbox: Sandbox,
-    record: Exec,
-    request: ExecRequest,
-    init: dict[str, Any] | None,
-    actor: Actor,
-    watch: ExecWatch | None,
-    held: Held | None,
-    follow: _Follow | None,
-) -> Awaited[Exec]:
-    """Run in a session (`init` says how it starts if the agent does not have it yet), or
-    fresh, outside any session, when `init` is None."""
+def context_init(sandbox: Sandbox, request: CodeRequest) -> tuple[dict[str, Any], CodeRequest]:
+    """How a code context starts when the agent does not have it, and the request with the
+    context's language: a language's default context in the sandbox's workdir, any other
+    from its row."""
+    name = request.session
+    if name == "default" or name.startswith("default-"):
+        language = request.language or name.removeprefix("default-").replace("default", "python")
+        return {"cwd": sandbox.workdir, "env": {}}, replace(request, language=language)
+    row = CodeContext.objects.filter(sandbox=sandbox, name=name).first()
+    if row is None:
+        raise NotFound(
+            N_(
+                "no code context %(name)r in this sandbox; create it first "
+                "(POST /sandboxes/{id}/code/contexts)",
+                name=name,
+            ),
+            context_id=name,
+        )
+    if request.language and request.language != row.language:
+        raise InvalidInput(
+            "language",
+            N_("context %(name)s runs %(language)s", name=name, language=row.language),
+        )
+    return {"cwd": row.cwd, "env": {}}, replace(request, language=row.language)
+
+
+def _payload(
+    sandbox: Sandbox, record: Exec, request: RunRequest, init: dict[str, Any] | None
+) -> tuple[str, dict[str, Any]]:
+    """The agent's op for the request, and its fields."""
     limit = sandbox.pipeline.output_limit_bytes
     payload: dict[str, Any] = {
         "exec": str(record.id),
         "timeout": request.timeout_seconds or 0,
         "limit": limit,
         "keep": max(settings.BOXYARD_EXEC_KEEP_BYTES, limit),
-        "background": request.background,
     }
+    if isinstance(request, CodeRequest):
+        payload.update(context=request.session, language=request.language, code=request.code)
+        payload["init"] = init
+        if request.env:
+            payload["env"] = request.env
+        return "code.run", payload
+    payload["background"] = request.background
     env = request.env
     if init is None:
         # As a new engine exec would run it: the pipeline's environment as it is now, on top
@@ -246,6 +278,23 @@ def _run(
         payload["stdin"] = True
     if env:
         payload["env"] = env
+    return "run", payload
+
+
+def _run(
+    sandbox: Sandbox,
+    record: Exec,
+    request: RunRequest,
+    init: dict[str, Any] | None,
+    actor: Actor,
+    watch: ExecWatch | None,
+    held: Held | None,
+    follow: _Follow | None,
+) -> Awaited[Exec]:
+    """Run in a session (`init` says how it starts if the agent does not have it yet), or
+    fresh, outside any session, when `init` is None; or code in its context."""
+    op, payload = _payload(sandbox, record, request, init)
+    limit = payload["limit"]
     sandbox, agent = _port(sandbox, record, actor)
     wait = 10.0 if request.background else (request.timeout_seconds or 0) + DEADLINE_GRACE_SECONDS
     relay = None
@@ -258,7 +307,7 @@ def _run(
             request_id, answer, unfollow = agent.run_followed(follow, **payload)
             follow.leave = lambda: _leave(unfollow, agent, record.pk, limit)
         else:
-            request_id, answer = agent.ask("run", on_event=relay, **payload)
+            request_id, answer = agent.ask(op, on_event=relay, **payload)
     except (AgentGone, RuntimeFailure) as error:
         raise _lost_container(sandbox, record, error, actor) from error
     # A long command must not hold a database connection while it runs.
@@ -301,7 +350,7 @@ def _ran(
     sandbox: Sandbox,
     agent: SandboxPort,
     record: Exec,
-    request: ExecRequest,
+    request: RunRequest,
     actor: Actor,
     get: Get,
     *,
