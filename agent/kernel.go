@@ -160,6 +160,9 @@ func (k *Kernel) info() reply {
 	if k.driver != nil {
 		r["pid"] = k.driver.target
 	}
+	if k.busy != nil {
+		r["exec"] = k.busy.id
+	}
 	return r
 }
 

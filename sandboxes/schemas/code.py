@@ -74,6 +74,7 @@ class ContextOut(Schema):
     running: bool = Field(..., description="Whether its interpreter runs now (it holds state).")
     busy: bool
     runs: int
+    exec_id: str | None = Field(None, description="The run it is busy with, an exec.")
 
 
 class ContextListOut(Schema):

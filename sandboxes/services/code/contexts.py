@@ -155,4 +155,6 @@ def _render(name: str, language: str, cwd: str, live: dict[str, Any] | None) -> 
         "running": bool(live and live.get("running") is True),
         "busy": bool(live and live.get("busy") is True),
         "runs": live.get("runs") if live and isinstance(live.get("runs"), int) else 0,
+        # The run it is busy with (an exec: read, wait for or kill it like any other).
+        "exec_id": live.get("exec") if live and isinstance(live.get("exec"), str) else None,
     }
