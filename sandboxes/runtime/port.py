@@ -29,8 +29,8 @@ from sandboxes.runtime import answers, engine_at
 from sandboxes.runtime.agent import AgentChannel, channel
 
 # The agent's protocol this Boxyard speaks (agent/main.go's `version`, answered to ping):
-# an agent that answers less is migrated, never served.
-PROTOCOL = 5
+# an agent that answers less is migrated, never served (6: code contexts).
+PROTOCOL = 6
 
 
 class AgentOutdated(RuntimeFailure):

@@ -17,6 +17,7 @@ from sandboxes import services
 from sandboxes.runtime import agentfiles, labels_for
 from sandboxes.runtime.docker import direct
 from sandboxes.runtime.docker.engine import DockerRuntime
+from sandboxes.runtime.port import PROTOCOL
 from tests.conftest import CHAT, wait_for
 
 
@@ -115,7 +116,7 @@ def test_the_socket_is_reached_only_through_the_container_s_own_process(
     )
     with reached[-1] as sock:
         sock.sendall(b'{"id": 1, "op": "ping"}\n')
-        assert json.loads(sock.recv(4096))["version"] == "5"
+        assert json.loads(sock.recv(4096))["version"] == str(PROTOCOL)
     # A process that is not the container's (as after its id was reused) is never entered.
     with pytest.raises(direct._NotThatContainer):
         direct._connect(1, sandbox.container_id)
