@@ -12,6 +12,7 @@ It needs only httpx; it does not import the server's code.
 
 from boxyard_client._async import AsyncBoxyardClient
 from boxyard_client._calls import Call
+from boxyard_client._code import CodeContext, CodeResult
 from boxyard_client._models import (
     DeleteResult,
     Downloaded,
@@ -65,6 +66,8 @@ __all__ = [
     "BoxyardAPIError",
     "BoxyardClient",
     "Call",
+    "CodeContext",
+    "CodeResult",
     "Conflict",
     "DeleteResult",
     "Downloaded",

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Self, TypeVar
 
 import httpx
 
 from boxyard_client._base import ClientBase
-from boxyard_client._calls import AsyncSending, Call
+from boxyard_client._calls import AsyncSending, Call, ndjson_item
 from boxyard_client._transfers import PIECE, Received, expected_size
 from boxyard_client.errors import error_from_response
 
@@ -32,6 +33,18 @@ class AsyncBoxyardClient(ClientBase[httpx.AsyncClient], AsyncSending):
                 raise error_from_response(response)
             size = await call.download.awrite(response.aiter_bytes(PIECE), expected_size(response))
             return call.parse(Received(response, size))
+        finally:
+            await response.aclose()
+
+    async def _stream(self, call: Call[T]) -> AsyncIterator[T]:
+        response = await self._http.send(self._request(call), stream=True)
+        try:
+            if response.status_code >= 400:
+                await response.aread()
+                raise error_from_response(response)
+            async for line in response.aiter_lines():
+                if (item := ndjson_item(line)) is not None:
+                    yield call.parse(item)
         finally:
             await response.aclose()
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Awaitable, Callable, Mapping
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 from urllib.parse import quote
@@ -68,17 +69,31 @@ class Call(Generic[T]):
         return self.parse(body)
 
 
-class endpoint(Generic[P, T]):
-    """Makes a method that builds a `Call` into one that sends it with the client's `_send`."""
+class _Built(Generic[P, T]):
+    """A method that builds a `Call`, as its callers see it: no `self`, no `Call`."""
 
     def __init__(self, build: Callable[Concatenate[Any, P], Call[T]]) -> None:
         self.build = build
         self.__doc__ = build.__doc__
         signature = inspect.signature(build)
-        self.signature = signature.replace(  # what callers see: no `self`, no `Call`
+        self.signature = signature.replace(
             parameters=list(signature.parameters.values())[1:],
             return_annotation=inspect.Signature.empty,
         )
+
+    def _bound(self, client: Any, perform: Callable[[Call[T]], Any]) -> Callable[P, Any]:
+        build = self.build
+
+        @functools.wraps(build)
+        def send(*args: P.args, **kwargs: P.kwargs) -> Any:
+            return perform(build(client, *args, **kwargs))
+
+        send.__signature__ = self.signature  # type: ignore[attr-defined]  # what inspect.signature reads
+        return send
+
+
+class endpoint(_Built[P, T]):
+    """Makes a method that builds a `Call` into one that sends it with the client's `_send`."""
 
     @overload
     def __get__(self, client: None, owner: type) -> endpoint[P, T]: ...
@@ -88,16 +103,32 @@ class endpoint(Generic[P, T]):
     def __get__(self, client: Sending, owner: type) -> Callable[P, T]: ...
 
     def __get__(self, client: Any, owner: type) -> Any:
-        if client is None:
-            return self
-        build = self.build
+        return self if client is None else self._bound(client, client._send)
 
-        @functools.wraps(build)
-        def send(*args: P.args, **kwargs: P.kwargs) -> Any:
-            return client._send(build(client, *args, **kwargs))
 
-        send.__signature__ = self.signature  # type: ignore[attr-defined]  # what inspect.signature reads
-        return send
+class streamed(_Built[P, T]):
+    """Makes a method that builds a `Call` whose answer is NDJSON into one that follows it
+    with the client's `_stream`: each line parsed as it comes (keepalives left out), from an
+    iterator (`BoxyardClient`) or an async iterator (`AsyncBoxyardClient`). The request is
+    made when the iteration begins, and a refusal raises then."""
+
+    @overload
+    def __get__(self, client: None, owner: type) -> streamed[P, T]: ...
+    @overload
+    def __get__(self, client: AsyncSending, owner: type) -> Callable[P, AsyncIterator[T]]: ...
+    @overload
+    def __get__(self, client: Sending, owner: type) -> Callable[P, Iterator[T]]: ...
+
+    def __get__(self, client: Any, owner: type) -> Any:
+        return self if client is None else self._bound(client, client._stream)
+
+
+def ndjson_item(line: str) -> dict[str, Any] | None:
+    """A line of an NDJSON answer as its object; None for a blank line or a keepalive."""
+    if not line.strip():
+        return None
+    item: dict[str, Any] = json.loads(line)
+    return None if item.get("type") == "keepalive" else item
 
 
 def parser(cls: type[T]) -> Callable[[Any], T]:

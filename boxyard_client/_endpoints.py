@@ -20,6 +20,7 @@ from boxyard_client._calls import (
     parser,
     sandbox_path,
 )
+from boxyard_client._code import CodeEndpoints
 from boxyard_client._files import FileEndpoints
 from boxyard_client._models import (
     DeleteResult,
@@ -48,9 +49,10 @@ from boxyard_client._models import (
 Variables = Mapping[str, str | int | None]
 
 
-class Endpoints(FileEndpoints):
-    """The bot API's calls (files of any size and archives: `FileEndpoints`). `holder` and `epoch` fence every call that changes a sandbox: left
-    out, the call acts as the pipeline's default holder (the scope key)."""
+class Endpoints(FileEndpoints, CodeEndpoints):
+    """The bot API's calls (files of any size and archives: `FileEndpoints`; the code
+    interpreter: `CodeEndpoints`). `holder` and `epoch` fence every call that changes a
+    sandbox: left out, the call acts as the pipeline's default holder (the scope key)."""
 
     # --- sandboxes ------------------------------------------------------------------------
     @endpoint

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from types import TracebackType
 from typing import Self, TypeVar
 
 import httpx
 
 from boxyard_client._base import ClientBase
-from boxyard_client._calls import Call, Sending
+from boxyard_client._calls import Call, Sending, ndjson_item
 from boxyard_client._transfers import PIECE, Received, expected_size
 from boxyard_client.errors import error_from_response
 
@@ -37,6 +38,18 @@ class BoxyardClient(ClientBase[httpx.Client], Sending):
                 raise error_from_response(response)
             size = call.download.write(response.iter_bytes(PIECE), expected_size(response))
             return call.parse(Received(response, size))
+        finally:
+            response.close()
+
+    def _stream(self, call: Call[T]) -> Iterator[T]:
+        response = self._http.send(self._request(call), stream=True)
+        try:
+            if response.status_code >= 400:
+                response.read()
+                raise error_from_response(response)
+            for line in response.iter_lines():
+                if (item := ndjson_item(line)) is not None:
+                    yield call.parse(item)
         finally:
             response.close()
 

@@ -6,8 +6,10 @@ Arguments are checked against the record's input shape before anything happens. 
 without `sandbox_id` acts on the chat's sandbox, found or opened (`services.chat_sandbox`)
 from the connection's variables and session. A command in the foreground reports its output
 as progress while it runs and is killed, with everything it started, if the client cancels
-it; waiting for one in the background reports its output the same way. An error is a tool
-error with the status, code and message the bot API would answer.
+it; waiting for one in the background reports its output the same way. The answer is the
+result's JSON text and structured content, followed by its media as MCP images (a chart the
+code interpreter drew, for a model to see). An error is a tool error with the status, code and
+message the bot API would answer.
 """
 
 import asyncio
@@ -117,10 +119,13 @@ async def call_tool(
             answer = await _settled(operation, await in_pool(_run, caller, operation, arguments))
     except BoxyardError as error:
         return error_result(error)
-    return types.CallToolResult(
-        content=[types.TextContent(text=json.dumps(answer, ensure_ascii=False))],
-        structured_content=answer,
-    )
+    content: list[types.ContentBlock] = [
+        types.TextContent(text=json.dumps(answer, ensure_ascii=False))
+    ]
+    content += [
+        types.ImageContent(data=data, mime_type=mime) for mime, data in operation.media_of(answer)
+    ]
+    return types.CallToolResult(content=content, structured_content=answer)
 
 
 def given_arguments(arguments: dict[str, Any] | None) -> dict[str, Any]:

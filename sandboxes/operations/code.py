@@ -15,6 +15,7 @@ from sandboxes.schemas.code import (
     ContextIn,
     ContextListOut,
     ContextOut,
+    code_media,
     code_out,
 )
 from sandboxes.schemas.files import DeleteOut
@@ -83,6 +84,7 @@ RUN_CODE = Operation[CodeIn, services.CodeRun](
     service=_run,
     present=code_out,
     check=_checked,
+    media=code_media,
     title="Run code",
     description=(
         "Run Python (or JavaScript) in the sandbox's code interpreter, a Jupyter kernel that "

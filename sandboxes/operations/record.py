@@ -104,6 +104,9 @@ class Operation(Generic[In, Result]):
     description: str = ""
     hints: Hints = field(default_factory=Hints)
     check: Callable[[Pipeline, In], None] | None = None
+    # What of its sent answer a protocol that carries media gives as such too, beside the
+    # answer: (MIME type, base64) pairs, as an MCP tool result's images a model can see.
+    media: Callable[[Answer], list[tuple[str, str]]] | None = None
 
     @property
     def is_tool(self) -> bool:
@@ -145,6 +148,11 @@ class Operation(Generic[In, Result]):
         if isinstance(result, Awaited):
             return result.then(self.present)
         return self.present(result)
+
+    def media_of(self, answer: Answer) -> list[tuple[str, str]]:
+        """The media in a sent answer (`shown`), as (MIME type, base64) pairs; none if the
+        operation has none."""
+        return self.media(answer) if self.media is not None else []
 
     def shown(self, answer: Answer) -> Answer:
         """The presented answer as it is sent: through the output shape, as JSON values."""

@@ -100,3 +100,19 @@ def code_out(run: CodeRun) -> dict[str, Any]:
         "results": outcome.results,
         "duration_ms": record.duration_ms,
     }
+
+
+# The representations of a result that are images a model can see, and their MIME types.
+IMAGES = (("png", "image/png"), ("jpeg", "image/jpeg"))
+
+
+def code_media(answer: dict[str, Any]) -> list[tuple[str, str]]:
+    """Each PNG or JPEG image the run displayed (a chart), as (MIME type, base64), in order;
+    the base64 without the line breaks a kernel may put in it."""
+    return [
+        (mime, "".join(result[name].split()))
+        for result in answer["results"]
+        if result.get("type") == "result"
+        for name, mime in IMAGES
+        if isinstance(result.get(name), str) and result[name]
+    ]

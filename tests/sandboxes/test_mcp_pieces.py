@@ -71,7 +71,7 @@ def test_mcp_lists_the_catalog_with_sandbox_id_optional() -> None:
                 spec.hints.idempotent,
             )
             assert hints.open_world_hint is (
-                network and spec.name in ("sandbox_exec", "sandbox_run")
+                network and spec.name in ("sandbox_exec", "sandbox_run_code", "sandbox_run")
             )
 
 

@@ -123,3 +123,18 @@ def test_the_api_gives_the_record_the_origin_the_request_reached() -> None:
     assert answer(_request(), origin, Call(NoteIn(text="hi"), "s1"))["said"] == (
         "http://testserver"
     )
+
+
+def test_media_are_the_images_a_run_displayed_and_none_for_other_operations() -> None:
+    from sandboxes.operations import code
+
+    answer = {
+        "results": [
+            {"type": "stdout", "text": "iVBOR"},
+            {"type": "result", "text": "<Figure>", "png": "iVBO\nRw0K\n"},
+            {"type": "result", "text": "photo", "jpeg": "/9j/4A=="},
+            {"type": "result", "text": "42"},
+        ]
+    }
+    assert code.RUN_CODE.media_of(answer) == [("image/png", "iVBORw0K"), ("image/jpeg", "/9j/4A==")]
+    assert execs.EXEC.media_of({"stdout": "x"}) == []
