@@ -26,6 +26,8 @@ REPRESENTATIONS = {
     "application/javascript": "javascript",
     CHART_MIME: "chart",
 }
+# Given as base64, which Jupyter may break into lines: every door gets it in one piece.
+BINARY = frozenset({"png", "jpeg", "pdf"})
 Result = dict[str, Any]
 
 
@@ -44,6 +46,8 @@ def shaped(line: dict[str, Any]) -> Result | None:
                 extra[str(mime)] = value
             elif name in ("json", "chart"):
                 result[name] = value if isinstance(value, dict | list) else None
+            elif name in BINARY:
+                result[name] = _text(value).replace("\n", "")  # base64, whole
             else:
                 result[name] = _text(value)
         if extra:
