@@ -437,13 +437,16 @@ class Endpoints(FileEndpoints, CodeEndpoints):
         files: Mapping[str, str] | None = None,
         env: Mapping[str, str] | None = None,
         timeout_seconds: int | None = None,
+        args: Sequence[str] | None = None,
     ) -> Call[RunResult]:
-        """Run `code` (python, bash or sh) once in a fresh sandbox that is destroyed after."""
+        """Run `code` (python, javascript, bash or sh) once, with `args` passed to it, in a
+        fresh sandbox that is destroyed after."""
         body = compact(
             {
                 "pipeline": pipeline,
                 "language": language,
                 "code": code,
+                "args": None if args is None else list(args),
                 "files": optional_dict(files),
                 "env": optional_dict(env),
                 "timeout_seconds": timeout_seconds,

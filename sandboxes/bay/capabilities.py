@@ -1,6 +1,7 @@
-"""What a Bay sandbox can do: run a shell command, run Python, read and write its files; a
-browser it does not have (`capability_not_supported`, as the SDK expects of a profile without
-one).
+"""What a Bay sandbox can do: run a shell command, run Python (in the sandbox's default Python
+context, the code interpreter's kernel, whose state stays between calls as in Bay's own),
+read and write its files; a browser it does not have (`capability_not_supported`, as the SDK
+expects of a profile without one).
 
 Each call runs the record of its operation (`sandboxes.operations`), as the bot API does, and
 turns the answer into Bay's; the upload and the download move bytes, and call the file
@@ -27,7 +28,7 @@ from sandboxes.bay.sandboxes import CAPABILITIES, SANDBOX, bay_sandbox, bay_stat
 from sandboxes.bay.schemas import BrowserIn, FileIn, PythonIn, ShellIn
 from sandboxes.downloads import file_response
 from sandboxes.models import ExecState, Sandbox, State
-from sandboxes.operations import Call, execs, files
+from sandboxes.operations import Call, code, execs, files
 from sandboxes.scripts import WORKSPACE
 
 router = Router(tags=["bay"])
@@ -38,6 +39,11 @@ _ENDED = {
     ExecState.KILLED: "the command was killed",
     ExecState.FAILED: "the command could not run",
     ExecState.LOST: "the command was lost with its sandbox",
+}
+_RUN_ENDED = {
+    ExecState.KILLED: "the code's run was killed",
+    ExecState.FAILED: "the code could not run",
+    ExecState.LOST: "the code's run was lost with its sandbox",
 }
 
 
@@ -74,14 +80,46 @@ def _shell_out(body: ShellIn, answer: Answer) -> Answer:
     }
 
 
+def _python_data(results: list[dict[str, Any]]) -> tuple[str, list[dict[str, str]]]:
+    """The text and the PNG images of a run's results, as Bay's kernel gathers them: what was
+    printed (both streams) and each result's text, in order, stripped; a displayed PNG
+    instead of its text, the last expression's value with both."""
+    texts: list[str] = []
+    images: list[dict[str, str]] = []
+    for result in results:
+        if result["type"] in ("stdout", "stderr"):
+            texts.append(result["text"])
+        elif result["type"] == "result":
+            png = result.get("png")
+            if png:
+                images.append({"image/png": png})
+            if result.get("text") is not None and (result["is_main_result"] or not png):
+                texts.append(result["text"])
+    return "".join(texts).strip(), images
+
+
+def _python_error(body: PythonIn, answer: Answer) -> str | None:
+    """What went wrong, as Bay says it: the traceback, or how the run ended."""
+    if answer["status"] == ExecState.TIMED_OUT:
+        return f"Code execution timed out after {body.timeout} seconds"
+    error = answer["error"]
+    if error:
+        return str(error["traceback"] or f"{error['name']}: {error['value']}")
+    return _RUN_ENDED.get(answer["status"])
+
+
 def _python_out(body: PythonIn, answer: Answer) -> Answer:
-    ok, error = _ran(answer)
+    text, images = _python_data(answer["results"])
+    error = _python_error(body, answer)
     return {
-        "success": ok,
-        "output": answer["stdout"],
+        "success": error is None,
+        "output": text,
         "error": error,
-        "data": {"execution_count": None, "output": {"text": answer["stdout"], "images": []}},
-        "execution_id": str(answer["exec_id"]),
+        "data": {
+            "execution_count": answer["execution_count"],
+            "output": {"text": text, "images": images},
+        },
+        "execution_id": answer["exec_id"],
         "execution_time_ms": answer["duration_ms"],
         "code": body.code if body.include_code else None,
     }
@@ -95,12 +133,15 @@ def shell_exec(request: HttpRequest, sandbox_id: str, body: ShellIn) -> Answer |
     return run(request, execs.EXEC, call, partial(_shell_out, body))
 
 
-@router.post(SANDBOX + "/python/exec", summary="Run Python code (python3 -c, in /workspace)")
+@router.post(
+    SANDBOX + "/python/exec",
+    summary="Run Python in the sandbox's default context (a kernel: state kept between calls)",
+)
 def python_exec(request: HttpRequest, sandbox_id: str, body: PythonIn) -> Answer | Later:
     sandbox = awake(request, sandbox_id)
-    given = {"cmd": ["python3", "-c", body.code], "timeout_seconds": body.timeout, "fresh": True}
-    call = Call(execs.EXEC.parse(given), str(sandbox.pk))
-    return run(request, execs.EXEC, call, partial(_python_out, body))
+    given = {"code": body.code, "timeout_seconds": body.timeout}
+    call = Call(code.RUN_CODE.parse(given), str(sandbox.pk))
+    return run(request, code.RUN_CODE, call, partial(_python_out, body))
 
 
 def _no_browser(request: HttpRequest, sandbox_id: str) -> None:

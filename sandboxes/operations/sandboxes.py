@@ -115,6 +115,7 @@ def _run(context: Context, call: Call[RunIn]) -> services.RunResult:
         files_in=body.files,
         env=body.env,
         timeout_seconds=body.timeout_seconds,
+        args=body.args,
     )
 
 
@@ -239,10 +240,10 @@ RUN = Operation[RunIn, services.RunResult](
     present=run_out,
     title="Run code once",
     description=(
-        "Compute mode: run one program (language python, bash or sh) in a fresh sandbox "
-        "that is destroyed afterwards, and return ok, exit_code, stdout and stderr. Nothing "
-        "is kept: use it for a self-contained calculation, and sandbox_exec for work on "
-        "the chat's files."
+        "Compute mode: run one program (language python, javascript, bash or sh, with "
+        "optional args) in a fresh sandbox that is destroyed afterwards, and return ok, "
+        "exit_code, stdout and stderr. Nothing is kept: use it for a self-contained "
+        "calculation, and sandbox_exec for work on the chat's files."
     ),
     hints=Hints(networked=True),
 )

@@ -19,7 +19,7 @@ from sandboxes.schemas.common import (
     together,
 )
 from sandboxes.services import RunResult
-from sandboxes.services.compute import MAX_FILES
+from sandboxes.services.compute import MAX_ARGS, MAX_FILES
 from sandboxes.services.execs.requests import MAX_COMMAND_BYTES, MAX_ENV_VARS
 
 Text = Annotated[str, StringConstraints(pattern=NO_NUL)]
@@ -68,6 +68,8 @@ Files = Annotated[
     ),
 ]
 Timeout = Annotated[int, Field(ge=1, le=settings.BOXYARD_MAX_EXEC_TIMEOUT), WHOLE]
+# A program's arguments (their total size is the service's to bound).
+Args = Annotated[list[Text], Field(max_length=MAX_ARGS)]
 
 
 FRESH = present("fresh", {"const": True})
@@ -202,8 +204,14 @@ class StreamQuery(Schema):
 
 class RunIn(Input):
     pipeline: str = Field(..., min_length=1, max_length=50, description="The pipeline's slug.")
-    language: Literal["python", "bash", "sh"] = Field(..., description="python, bash or sh")
+    language: Literal["python", "javascript", "bash", "sh"] = Field(
+        ..., description="python (python3), javascript (node), bash or sh"
+    )
     code: str = Field(..., description="The program to run, as text.")
+    args: Args | None = Field(
+        None,
+        description="Arguments passed to the program (sys.argv[1:], process.argv.slice(2), $@).",
+    )
     files: Files | None = Field(
         None, description="More files to write first: path (relative to /workspace) to text."
     )

@@ -157,7 +157,7 @@ def _resolved(schema: Any, defs: dict[str, Any]) -> Any:
 
 # Keywords of the API's own schemas that the LLM providers' tool schemas do not take (the
 # server still checks them, and names what a call got wrong).
-_NOT_FOR_TOOLS = frozenset({"prefixItems", "maxProperties", "propertyNames"})
+_NOT_FOR_TOOLS = frozenset({"prefixItems", "maxItems", "maxProperties", "propertyNames"})
 
 
 def _for_tools(schema: Any) -> Any:

@@ -3,7 +3,7 @@
 import posixpath
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from django.db import transaction
@@ -19,10 +19,14 @@ from sandboxes.services.execs import clean_request, run_exec
 
 LANGUAGES = {
     "python": ("main.py", ["python3", "main.py"]),
+    "javascript": ("main.js", ["node", "main.js"]),
     "bash": ("main.sh", ["bash", "main.sh"]),
     "sh": ("main.sh", ["sh", "main.sh"]),
 }
+ENTRIES = frozenset(entry for entry, _ in LANGUAGES.values())
 MAX_FILES = 100
+MAX_ARGS = 100
+MAX_ARGS_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -44,13 +48,15 @@ def run_code(
     files_in: Mapping[str, str] | None = None,
     env: Mapping[str, str] | None = None,
     timeout_seconds: int | None = None,
+    args: Sequence[str] | None = None,
 ) -> RunResult:
     """Run `code` once in a new temporary sandbox of the pipeline's profile, then destroy it.
 
     The sandbox and its workspace are removed even when the run fails or times out. The
     shapes are the entry point's to check (`RunIn`); the rules every caller needs are checked
     here, before anything is made: a known language, files inside the workspace and not
-    replacing the code, the pipeline's limits (InvalidInput naming the field).
+    replacing the code, the program's arguments (`args`, after the program file), the
+    pipeline's limits (InvalidInput naming the field).
     """
     if language not in LANGUAGES:
         raise InvalidInput(
@@ -58,6 +64,7 @@ def run_code(
         )
     extra = _clean_files(files_in)
     entry, argv = LANGUAGES[language]
+    argv = [*argv, *_clean_args(args)]
     # A fresh command: the agent (the container's main process) runs it outside any
     # session, so its processes end with its timeout and an out-of-memory kill is told.
     request = clean_request(
@@ -94,12 +101,29 @@ def _clean_files(files_in: Mapping[str, str] | None) -> dict[str, str]:
     cleaned = {}
     for path, contents in files_in.items():
         target = files.workspace_path(path, field="files")
-        if (
-            posixpath.basename(target) in ("main.py", "main.sh")
-            and posixpath.dirname(target) == "/workspace"
-        ):
+        if posixpath.basename(target) in ENTRIES and posixpath.dirname(target) == "/workspace":
             raise InvalidInput(
                 "files", N_("%(path)s would be replaced by the code to run", path=path)
             )
         cleaned[target] = contents
     return cleaned
+
+
+def _clean_args(args: Sequence[str] | None) -> list[str]:
+    """The program's arguments: at most MAX_ARGS strings, without NUL, MAX_ARGS_BYTES in all."""
+    if args is None:
+        return []
+    if isinstance(args, str) or len(args) > MAX_ARGS:
+        raise InvalidInput(
+            "args", N_("must be a list of at most %(count)s strings", count=MAX_ARGS)
+        )
+    for arg in args:
+        if not isinstance(arg, str):
+            raise InvalidInput("args", N_("must be a list of strings"))
+        if "\x00" in arg:
+            raise InvalidInput("args", N_("must not contain NUL characters"))
+    if sum(len(arg.encode()) for arg in args) > MAX_ARGS_BYTES:
+        raise InvalidInput(
+            "args", N_("are longer than %(count)s bytes in all", count=MAX_ARGS_BYTES)
+        )
+    return list(args)

@@ -203,6 +203,34 @@ BAD_INPUT = [
         {"pipeline": "support", "language": "sh", "code": 5},
         "code",
     ),
+    (
+        "wrong type: run args",
+        "post",
+        "/run",
+        {"pipeline": "support", "language": "sh", "code": "x", "args": "a b"},
+        "args",
+    ),
+    (
+        "run args: too many",
+        "post",
+        "/run",
+        {"pipeline": "support", "language": "sh", "code": "x", "args": ["a"] * 101},
+        "args",
+    ),
+    (
+        "run args: NUL",
+        "post",
+        "/run",
+        {"pipeline": "support", "language": "sh", "code": "x", "args": ["a", "a\x00b"]},
+        "args.1",
+    ),
+    (
+        "run args: too large in all",
+        "post",
+        "/run",
+        {"pipeline": "support", "language": "sh", "code": "x", "args": ["a" * 40_000] * 2},
+        "args",
+    ),
 ]
 
 

@@ -1,9 +1,10 @@
 """AstrBot itself (the `astrbot` package, pinned) on a served Boxyard: its `shipyard_neo`
-booter, unchanged, boots a sandbox, runs shell and Python, writes, edits, lists, uploads and
-downloads files and shuts down, with the settings the README gives ("Use Boxyard as AstrBot's
-sandbox"). AstrBot needs Python 3.12 and its own pins, so it runs in its own virtualenv
+booter, unchanged, boots a sandbox, runs shell and Python (its state kept between calls, a
+chart as an image), writes, edits, lists, uploads and downloads files and shuts down, with
+the settings the README gives ("Use Boxyard as AstrBot's sandbox"). AstrBot needs Python 3.12 and its own pins, so it runs in its own virtualenv
 (`bin/client-venv astrbot`), made once and kept outside the clone."""
 
+import base64
 import json
 import re
 import subprocess
@@ -67,8 +68,13 @@ def test_astrbots_booter_works_on_boxyard_as_the_readme_says(
     assert seen["capabilities"] == ["python", "shell", "filesystem"] and seen["available"]
     assert seen["shell"]["stdout"] == "from astrbot\n/workspace\n"
     assert seen["shell"]["exit_code"] == 0 and seen["shell"]["success"]
-    assert seen["python"]["success"] and seen["python"]["output"] == "42\n"
-    assert seen["python"]["data"]["output"]["text"] == "42\n"
+    assert seen["python"]["success"] and seen["python"]["output"] == "42"
+    assert seen["python"]["data"]["output"]["text"] == "42"
+    # One Python kernel per sandbox, as Bay's: state stays between calls; a figure is an image.
+    assert seen["kept"]["success"] and seen["kept"]["output"] == "42"
+    chart = seen["chart"]
+    [image] = chart["data"]["output"]["images"]
+    assert chart["success"] and base64.b64decode(image["image/png"]).startswith(b"\x89PNG")
     assert seen["read"]["content"] == "# notes\nhello\n"
     assert seen["edit"] == {"success": True, "path": "astrbot/notes.md", "replacements": 1}
     [entry] = seen["listed"]["entries"]
@@ -78,4 +84,4 @@ def test_astrbots_booter_works_on_boxyard_as_the_readme_says(
     # Boxyard's own record of it: the pipeline's sandbox, its commands, destroyed at shutdown.
     sandbox = Sandbox.objects.get(pk=seen["sandbox_id"])
     assert sandbox.pipeline == support.pipeline and sandbox.state == State.DESTROYED
-    assert Exec.objects.filter(sandbox=sandbox).count() >= 2
+    assert Exec.objects.filter(sandbox=sandbox).count() >= 5

@@ -2,6 +2,7 @@
 engine: a sandbox created and ready, shell and Python, files both ways, stop and start again,
 its lifetime, delete; and the same sandboxes, leases and events the bot API sees."""
 
+import base64
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -46,6 +47,13 @@ def test_a_sandbox_runs_commands_and_python_and_keeps_files(support: Bay) -> Non
             "import os\nprint(sum(range(10)), os.getcwd())", include_code=True
         )
         seen["raised"] = await sandbox.python.exec("raise ValueError('bad value')")
+        await sandbox.python.exec("x = 41")
+        seen["kept"] = await sandbox.python.exec("x + 1")
+        seen["chart"] = await sandbox.python.exec(
+            "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()\nprint('drawn')"
+        )
+        seen["slow"] = await sandbox.python.exec("import time\ntime.sleep(30)", timeout=1)
+        seen["after"] = await sandbox.python.exec("print(x)")
         seen["read"] = await sandbox.filesystem.read_file("notes/today.txt")
         seen["listed"] = await sandbox.filesystem.list_dir("notes")
         payload = bytes(range(256)) * 64
@@ -65,9 +73,21 @@ def test_a_sandbox_runs_commands_and_python_and_keeps_files(support: Bay) -> Non
     assert (seen["failed"].success, seen["failed"].exit_code) == (False, 3)
     assert seen["cwd"].output == "first line\nsecond\n"
     python = seen["python"]
-    assert python.success and python.output == "45 /workspace\n" and python.code is not None
+    assert python.success and python.output == "45 /workspace" and python.code is not None
+    assert python.data["output"] == {"text": "45 /workspace", "images": []}
     raised = seen["raised"]
     assert not raised.success and "ValueError: bad value" in (raised.error or "")
+    # One kernel per sandbox, as Bay's: state stays between calls, and each is counted.
+    kept = seen["kept"]
+    assert kept.success and kept.output == "42" and kept.error is None
+    assert kept.data["execution_count"] > python.data["execution_count"]
+    chart = seen["chart"]
+    assert chart.success and chart.output == "drawn" and chart.code is None
+    [image] = chart.data["output"]["images"]
+    assert base64.b64decode(image["image/png"]).startswith(b"\x89PNG")
+    slow = seen["slow"]
+    assert not slow.success and slow.error == "Code execution timed out after 1 seconds"
+    assert seen["after"].output == "41"  # interrupted at its timeout, the state stays
     assert seen["read"] == "first line\nsecond\n"
     [entry] = seen["listed"]
     assert (entry.name, entry.path, entry.is_dir, entry.size) == (
@@ -81,7 +101,7 @@ def test_a_sandbox_runs_commands_and_python_and_keeps_files(support: Bay) -> Non
     # The same sandbox as every door sees it: its commands recorded, its events written.
     sandbox = Sandbox.objects.get(pk=seen["id"])
     assert sandbox.pipeline == support.pipeline and sandbox.scope_key.startswith("own-")
-    assert Exec.objects.filter(sandbox=sandbox).count() == 5
+    assert Exec.objects.filter(sandbox=sandbox).count() == 10
     actions = set(Event.objects.filter(sandbox=sandbox).values_list("action", flat=True))
     assert {"sandbox.created", "sandbox.lifetime_set", "file.written", "file.deleted"} <= actions
 

@@ -27,6 +27,11 @@ async def main(settings: dict[str, object]) -> dict[str, object]:
     seen["available"] = await booter.available()
     seen["shell"] = await booter.shell.exec("echo from astrbot; pwd")
     seen["python"] = await booter.python.exec("print(6 * 7)")
+    await booter.python.exec("x = 41")
+    seen["kept"] = await booter.python.exec("x + 1")
+    seen["chart"] = await booter.python.exec(
+        "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()"
+    )
     seen["write"] = await booter.fs.write_file("astrbot/notes.md", "# notes\nhello\n")
     seen["read"] = await booter.fs.read_file("astrbot/notes.md")
     seen["edit"] = await booter.fs.edit_file("astrbot/notes.md", "hello", "hello, Boxyard")

@@ -49,12 +49,33 @@ def test_python_runs_in_the_default_image(make_pipeline, bot, docker_engine, set
     assert nothing_left(docker_engine)
 
 
+def test_javascript_runs_with_node_and_its_args(
+    make_pipeline, bot, docker_engine, settings
+) -> None:
+    pipeline = make_pipeline(image=settings.BOXYARD_DEFAULT_IMAGE)
+    code = "console.log(JSON.stringify(process.argv.slice(2)))"
+    result = run_code(pipeline, bot, language="javascript", code=code, args=["a b", "", "ü"])
+    assert result.ok and result.exec.stdout == '["a b","","ü"]\n'
+    assert nothing_left(docker_engine)
+
+
+def test_args_reach_a_shell_program(pipeline, bot, docker_engine) -> None:
+    result = run_code(pipeline, bot, language="sh", code='printf "%s|" "$@"', args=["x", "y z"])
+    assert result.ok and result.exec.stdout == "x|y z|"
+    assert nothing_left(docker_engine)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "field"),
     [
         ({"language": "cobol", "code": "x"}, "language"),
         ({"language": "sh", "code": "x", "files_in": {"../x": "y"}}, "files"),
         ({"language": "sh", "code": "x", "timeout_seconds": 0}, "timeout_seconds"),
+        ({"language": "sh", "code": "x", "files_in": {"main.js": "y"}}, "files"),
+        ({"language": "sh", "code": "x", "args": ["a"] * 101}, "args"),
+        ({"language": "sh", "code": "x", "args": ["a\x00b"]}, "args"),
+        ({"language": "sh", "code": "x", "args": ["a" * 40_000] * 2}, "args"),
+        ({"language": "sh", "code": "x", "args": "abc"}, "args"),
     ],
 )
 def test_bad_runs_are_refused_and_leave_nothing(
