@@ -295,6 +295,11 @@ func (k *Kernel) run(e *Exec, req *request) {
 	if status != "ok" {
 		code = 1
 	}
+	if status == "died" {
+		// Its driver ends with its kernel: gone before the next run, which starts anew.
+		killTag(d.tag, syscall.SIGKILL)
+		<-d.dead
+	}
 	e.finish(code, timedOut(), restarted, "", "")
 }
 
