@@ -192,7 +192,7 @@ def list_sandboxes(
         found = _with_label(found, name, value)
     if startedAfter:
         found = found.filter(started_at__gte=_moment(startedAfter, "startedAfter"))
-    if template and template not in (shapes.BASE_TEMPLATE, pipeline.effective_image):
+    if template and not shapes.is_pipeline_template(template, pipeline.effective_image):
         found = found.none()
     if order not in (None, "asc", "desc"):
         raise InvalidInput("order", N_("must be asc or desc"))

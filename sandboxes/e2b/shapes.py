@@ -4,7 +4,8 @@
 
 Words translated here, nowhere else: a sandbox that runs (or is on its way) is `running`; one
 stopped with its workspace kept (or failed, which an open starts again) is `paused`; a
-destroyed one is gone (404). `base` is the template of the pipeline's own image.
+destroyed one is gone (404). `base` (and the code interpreter's `code-interpreter-v1`) is
+the template of the pipeline's own image.
 """
 
 import math
@@ -16,11 +17,14 @@ from ninja import Schema
 from pydantic import ConfigDict, Field
 
 from boxyard.errors import N_, InvalidInput
-from sandboxes.e2b.common import ENVD_VERSION, envd_token
+from sandboxes.e2b.common import ENVD_VERSION, envd_token, traffic_token
 from sandboxes.models import Sandbox, State
 from sandboxes.runtime import Usage
 
 BASE_TEMPLATE = "base"
+# The code interpreter SDK's default template: the pipeline's image too, its kernels served on
+# port 49999 (`envd.interpreter`).
+CODE_INTERPRETER_TEMPLATE = "code-interpreter-v1"
 RUNNING, PAUSED = "running", "paused"
 _PAUSED_STATES = (State.STOPPED, State.ERROR)
 # What the list's `state` filter names, as Boxyard's states.
@@ -56,10 +60,16 @@ class TimeoutRequest(_In):
     timeout: int = Field(ge=1)
 
 
+def is_pipeline_template(template: str, image: str) -> bool:
+    """Whether a template names the pipeline's image: `base`, the code interpreter's, or the
+    image itself."""
+    return template in (BASE_TEMPLATE, CODE_INTERPRETER_TEMPLATE, image)
+
+
 def check_new(body: NewSandbox, image: str) -> None:
     """What a create asks that no Boxyard sandbox of this pipeline can be: InvalidInput
     naming the field."""
-    if body.template_id not in (BASE_TEMPLATE, image):
+    if not is_pipeline_template(body.template_id, image):
         raise InvalidInput(
             "templateID",
             N_(
@@ -115,7 +125,7 @@ def created(sandbox: Sandbox) -> dict[str, Any]:
         "clientID": sandbox.pipeline.slug,
         "envdVersion": ENVD_VERSION,
         "envdAccessToken": envd_token(sandbox.pk),
-        "trafficAccessToken": None,
+        "trafficAccessToken": traffic_token(sandbox.pk),
         "domain": None,
     }
 

@@ -9,7 +9,10 @@ sandbox's pipeline as its caller from the same headers, so it counts against the
 rate limit and runs in the pipeline's turn, as a call with its token would; a token that does
 not match costs the gate no lookup, and the caller stays anonymous. The request is then handed
 to the method the path names: Connect calls of `process.Process` and `filesystem.Filesystem`,
-and the plain HTTP routes `/files` and `/health`.
+and the plain HTTP routes `/files` and `/health`. Port 49999 (`E2b-Sandbox-Port`) is the
+code interpreter's (`interpreter`); it also takes the sandbox's traffic token
+(`E2B-Traffic-Access-Token`), which the SDK sends on its context calls where it sends no
+access token.
 """
 
 import threading
@@ -19,8 +22,8 @@ from collections.abc import Mapping
 
 from boxyard.errors import BoxyardError, problem
 from boxyard.threads import in_pool
-from sandboxes.e2b.common import envd_token_matches
-from sandboxes.e2b.envd import files, filesystem, process
+from sandboxes.e2b.common import envd_token_matches, traffic_token_matches
+from sandboxes.e2b.envd import files, filesystem, interpreter, process
 from sandboxes.e2b.envd.calls import Call, Handler, actor_for
 from sandboxes.e2b.envd.connect import (
     STATUSES,
@@ -38,6 +41,7 @@ from sandboxes.models import Sandbox, State
 PREFIX = "/e2b/sandbox"
 SANDBOX_HEADER = b"e2b-sandbox-id"
 TOKEN_HEADER = b"x-access-token"
+TRAFFIC_HEADER = b"e2b-traffic-access-token"
 PORT_HEADER = b"e2b-sandbox-port"
 # The port envd listens on in an E2B sandbox; the SDKs name it on every call.
 ENVD_PORT = "49983"
@@ -63,6 +67,24 @@ def _headers(scope: Scope) -> tuple[str, str]:
     headers: Mapping[bytes, bytes] = dict(scope.get("headers", ()))
     named = headers.get(SANDBOX_HEADER, b"").decode("latin-1").strip()
     return named, headers.get(TOKEN_HEADER, b"").decode("latin-1").strip()
+
+
+def _port(scope: Scope) -> str:
+    headers: Mapping[bytes, bytes] = dict(scope.get("headers", ()))
+    return headers.get(PORT_HEADER, ENVD_PORT.encode()).decode("latin-1").strip()
+
+
+def _opens(scope: Scope, named: str, token: str) -> bool:
+    """Whether the request's tokens open the sandbox's port it names: envd's by the access
+    token alone; the code interpreter's by it or by the traffic token, the only one the SDK
+    sends with its context calls."""
+    if envd_token_matches(named, token):
+        return True
+    if _port(scope) != interpreter.PORT:
+        return False
+    headers: Mapping[bytes, bytes] = dict(scope.get("headers", ()))
+    traffic = headers.get(TRAFFIC_HEADER, b"").decode("latin-1").strip()
+    return traffic_token_matches(named, traffic)
 
 
 def _shape(scope: Scope) -> tuple[bool, bool]:
@@ -98,7 +120,7 @@ class EnvdApplication:
     def credential(self, scope: Scope) -> str | None:
         """The sandbox whose access token the request carries (no lookup), or None."""
         named, token = _headers(scope)
-        return named if named and envd_token_matches(named, token) else None
+        return named if named and _opens(scope, named, token) else None
 
     def known(self, credential: str) -> int | None:
         with self._lock:
@@ -129,11 +151,14 @@ class EnvdApplication:
         path = scope["path"][len(PREFIX) :]
         rpc, enveloped = _shape(scope)
         handler = self.routes.get((scope.get("method", ""), path))
-        port = dict(scope.get("headers", ())).get(PORT_HEADER, ENVD_PORT.encode())
-        if port.decode("latin-1").strip() != ENVD_PORT:
+        port = _port(scope)
+        if port == interpreter.PORT:
+            await self._interpreter(scope, receive, send, path)
+            return
+        if port != ENVD_PORT:
             # Another port of the sandbox (a server of its own): none is reachable this way,
             # said in the words by which the SDK tells a port that is not open.
-            said = f"the sandbox's port is not open: {port.decode('latin-1')[:10]}"
+            said = f"the sandbox's port is not open: {port[:10]}"
             await send_unary(send, {"code": 502, "message": said}, 502)
             return
         try:
@@ -151,14 +176,24 @@ class EnvdApplication:
                 return
             await _refuse(send, error, rpc=rpc, enveloped=enveloped)
 
+    async def _interpreter(self, scope: Scope, receive: Receive, send: Send, path: str) -> None:
+        """Port 49999: the code interpreter (`interpreter`), its refusals as plain text."""
+        try:
+            sandbox = await self._authenticate(scope)
+        except ConnectError as error:
+            await interpreter.send_text(send, STATUSES.get(error.code, 400), error.message)
+            return
+        await interpreter.serve(Call(sandbox, actor_for(sandbox), scope, receive, send), path)
+
     async def _authenticate(self, scope: Scope) -> Sandbox:
         named, token = _headers(scope)
         if not named:
             raise ConnectError("not_found", "name the sandbox (E2b-Sandbox-Id)")
-        if not envd_token_matches(named, token):
+        if not _opens(scope, named, token):
             raise ConnectError(
                 "unauthenticated",
-                "X-Access-Token is missing or is not this sandbox's access token",
+                "X-Access-Token (or, on port 49999, E2B-Traffic-Access-Token) is missing or "
+                "is not this sandbox's",
             )
         try:
             sandbox_id = uuid.UUID(named)

@@ -8,7 +8,7 @@ that falls behind by more than BACKLOG_CHARS gets the rest from the run's own re
 results once it has ended. A reader that leaves lets the run go on to its end or timeout."""
 
 import asyncio
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 
 from boxyard.actors import Actor
 from boxyard.errors import BoxyardError
@@ -30,10 +30,20 @@ def start_code_stream(
     *,
     holder: str | None = None,
     epoch: int | None = None,
+    started: Callable[[Exec], None] | None = None,
 ) -> AsyncGenerator[Result, None]:
-    """Start a run now (its refusals raise here) and give its results as they come."""
+    """Start a run now (its refusals raise here) and give its results as they come.
+    `started` is told the run's record first (to interrupt it: `kill_exec`)."""
     relay: BoundedRelay[Result] = BoundedRelay(None, BACKLOG_CHARS, _size)
-    awaited = start_code(sandbox, request, actor, holder=holder, epoch=epoch, on_result=relay.push)
+    awaited = start_code(
+        sandbox,
+        request,
+        actor,
+        holder=holder,
+        epoch=epoch,
+        on_result=relay.push,
+        started=started,
+    )
     return _streamed(relay, awaited)
 
 
