@@ -13,6 +13,7 @@ urlpatterns = [
     path("sandboxes/<uuid:sandbox_id>/files/delete", views.delete, name="sandbox-delete"),
     path("sandboxes/<uuid:sandbox_id>/log", views.log, name="sandbox-log"),
     path("sandboxes/<uuid:sandbox_id>/run", views.run_command, name="sandbox-run"),
+    path("sandboxes/<uuid:sandbox_id>/code", views.run_code, name="sandbox-run-code"),
     path("sandboxes/<uuid:sandbox_id>/<slug:action>", views.sandbox_action, name="sandbox-action"),
     path("sessions/", views.sessions, name="sessions"),
 ]

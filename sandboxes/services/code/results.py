@@ -111,6 +111,11 @@ class CodeOutcome:
         return [result for result in self.results if result["type"] == kind]
 
     @property
+    def displayed_in_order(self) -> list[Result]:
+        """Everything but the end, in the order it came: what a page shows."""
+        return [result for result in self.results if result["type"] != "end"]
+
+    @property
     def stdout(self) -> str:
         return "".join(result["text"] for result in self.of("stdout"))
 
