@@ -33,7 +33,7 @@ NAMES = {
     "PID", "PIDs", "shell", "tmp", "workspace", "skills", "Linux", "UTF", "LANG", "name", "cmd",
     "python3", "server", "py", "uuid", "task_id", "conversation_id", "bash", "sh", "python",
     "Shell", "mcp", "truncated", "Alice", "Bob", "Authorization", "UTC", "TLS", "PEM", "Docker",
-    "E2B", "E2B_API_KEY", "e2b_",
+    "E2B", "E2B_API_KEY", "e2b_", "Python", "JavaScript",
 }  # fmt: skip
 PLACEHOLDER = re.compile(r"\{[^{}]*\}")  # {count}, {launcher_id}: filled in, or a template
 LATIN = re.compile(r"[A-Za-z][A-Za-z0-9_]{2,}")  # a name with digits (E2B) is one word
