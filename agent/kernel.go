@@ -242,9 +242,14 @@ func (a *Agent) runCode(c *conn, req *request) {
 func (k *Kernel) work() {
 	for j := range k.queue {
 		k.mu.Lock()
+		closed := k.closed
 		k.busy = j.exec
 		k.mu.Unlock()
-		k.run(j.exec, j.req)
+		if closed { // deleted while this run waited its turn
+			j.exec.finish(-1, false, false, "", "the context was deleted")
+		} else {
+			k.run(j.exec, j.req)
+		}
 		k.mu.Lock()
 		k.busy = nil
 		k.runs++

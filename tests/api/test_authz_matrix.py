@@ -152,6 +152,31 @@ ROUTES: list[Route] = [
         "/sandboxes/{sandbox_id}/processes/{name}/restart",
         {"holder": "{holder}", "epoch": "{epoch}"},
     ),
+    Route(
+        "POST",
+        "/sandboxes/{sandbox_id}/code",
+        {
+            "code": f"open('/workspace/{NOTES}', 'w').write('pwned')",
+            "holder": "{holder}",
+            "epoch": "{epoch}",
+        },
+    ),
+    Route("GET", "/sandboxes/{sandbox_id}/code/contexts"),
+    Route(
+        "POST",
+        "/sandboxes/{sandbox_id}/code/contexts",
+        {"language": "python", "holder": "{holder}", "epoch": "{epoch}"},
+    ),
+    Route(
+        "POST",
+        "/sandboxes/{sandbox_id}/code/contexts/{name}/restart",
+        query={"holder": "{holder}", "epoch": "{epoch}"},
+    ),
+    Route(
+        "DELETE",
+        "/sandboxes/{sandbox_id}/code/contexts/{name}",
+        query={"holder": "{holder}", "epoch": "{epoch}"},
+    ),
     Route("POST", "/sandboxes/{sandbox_id}/keepalive", {"holder": "{holder}", "epoch": "{epoch}"}),
     Route(
         "POST",
