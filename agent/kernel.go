@@ -58,7 +58,8 @@ type Kernel struct {
 type driverProc struct {
 	tag    uint32
 	pid    int
-	target int
+	target int // where an interrupt goes, and how
+	signal syscall.Signal
 	stdin  *os.File
 	lines  chan []byte
 	dead   chan struct{}
@@ -67,6 +68,7 @@ type driverProc struct {
 type driverLine struct {
 	Type   string `json:"type"`
 	Pid    int    `json:"pid"`
+	Signal string `json:"signal"`
 	Error  string `json:"error"`
 	Status string `json:"status"`
 }
@@ -315,10 +317,11 @@ func (k *Kernel) say(e *Exec, kind string, fields reply) {
 	e.append("stdout", append(line, '\n'))
 }
 
-// interrupt asks the interpreter to stop the run (SIGINT, as Jupyter does); one still
-// running after the grace period is ended, with what it started.
+// interrupt asks the interpreter to stop the run (Python's driver passes it on to the
+// kernel as SIGINT once the run has begun, as Jupyter does; node takes SIGINT itself); one
+// still running after the grace period is ended, with what it started.
 func (k *Kernel) interrupt(e *Exec, d *driverProc) {
-	syscall.Kill(d.target, syscall.SIGINT)
+	syscall.Kill(d.target, d.signal)
 	time.AfterFunc(interruptGrace, func() {
 		select {
 		case <-e.done:
@@ -405,7 +408,10 @@ func (k *Kernel) start() (*driverProc, error) {
 	case raw, open := <-d.lines:
 		var said driverLine
 		if open && json.Unmarshal(raw, &said) == nil && said.Type == "ready" {
-			d.target = said.Pid
+			d.target, d.signal = said.Pid, syscall.SIGINT
+			if said.Signal == "USR1" {
+				d.signal = syscall.SIGUSR1
+			}
 			return d, nil
 		}
 		killTag(tag, syscall.SIGKILL)
