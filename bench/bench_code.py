@@ -7,7 +7,8 @@ pipeline on the default image (the one with the kernels); calls are httpx with k
 
 - warm: `POST /api/v1/sandboxes/{id}/code {"code": "1+1"}` in a context already started,
   against the same sum through `python3 -c` as an exec (`POST …/exec`) in the same sandbox,
-  and raw docker-py's `exec_run(["python3", "-c", …])` in a container of the same image;
+  and raw docker-py's `exec_run(["python3", "-c", …])` in a container of the same image; and
+  `exec true`, the path every run shares with a command, for what is the kernel's own;
 - first run: a new chat's sandbox opened (not timed), then its first `1+1` timed, the kernel's
   start included; the sandbox closed;
 - chart: a 1000x1000 matplotlib figure (a line of 1000 points) drawn and returned as a PNG by
@@ -112,6 +113,13 @@ def _warm(
             raise RuntimeError(f"the exec failed: {answer.text}")
         return seconds
 
+    def exec_true() -> float:
+        path = f"/api/v1/sandboxes/{sandbox}/exec"
+        seconds, answer = timed(lambda: client.post(path, json={"cmd": "true"}))
+        if answer.status_code != 200 or answer.json()["exit_code"] != 0:
+            raise RuntimeError(f"the exec failed: {answer.text}")
+        return seconds
+
     def docker() -> float:
         seconds, exit_code = timed(lambda: raw.exec_run(container, PYTHON_SUM))
         if exit_code != 0:
@@ -119,7 +127,12 @@ def _warm(
         return seconds
 
     return run_interleaved(
-        {"code 1+1, warm": code, "exec python3 -c": exec_python, "raw python3 -c": docker},
+        {
+            "code 1+1, warm": code,
+            "exec python3 -c": exec_python,
+            "exec true (the exec path)": exec_true,
+            "raw python3 -c": docker,
+        },
         args.n,
         args.warmup,
         random.Random(args.seed),

@@ -60,9 +60,13 @@ def start_code(
     """Run code (`clean_code_request`) as a long call: recorded and sent here, its end
     waited for by whoever holds the result. `started` is told the record first (to kill
     it)."""
-    watch = _Results(on_result, started)
+    # Followed as it runs only for whoever wants the results as they come: the others read
+    # them from the run's answer, which carries its output.
+    watch = _Results(on_result, started) if on_result or started else None
     awaited = start_exec(sandbox, request, actor, holder=holder, epoch=epoch, watch=watch)
-    return awaited.then(lambda record: CodeRun(record, _whole(record, watch.outcome)))
+    return awaited.then(
+        lambda record: CodeRun(record, _whole(record, watch.outcome if watch else None))
+    )
 
 
 def execute_code(
@@ -80,11 +84,13 @@ def execute_code(
     ).block()
 
 
-def _whole(record: Exec, followed: CodeOutcome) -> CodeOutcome:
-    """The run's results as followed; read from what the agent kept if the end was not among
-    them (the follower fell behind)."""
-    if followed.of("end") or record.state == ExecState.RUNNING:
+def _whole(record: Exec, followed: CodeOutcome | None) -> CodeOutcome:
+    """The run's results: as followed, when the end was among them; else from what its
+    record kept of its output, when that is all of it; else from the agent's copy."""
+    if followed is not None and (followed.of("end") or record.state == ExecState.RUNNING):
         return followed
+    if not record.stdout_truncated:
+        return outcome_of(record.stdout)
     return code_outcome(record)
 
 
