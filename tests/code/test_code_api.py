@@ -120,3 +120,14 @@ def test_bad_input_is_a_400_naming_the_field(coder: Coder) -> None:
         answer = coder.call("post", f"/sandboxes/{sandbox}/code", json=body)
         assert answer.status_code == 400, (body, answer.text)
         assert field in answer.text
+
+
+def test_a_sandbox_holds_at_most_14_contexts_besides_the_default_ones(coder: Coder) -> None:
+    sandbox = coder.open()
+    path = f"/sandboxes/{sandbox}/code/contexts"
+    for _ in range(14):
+        assert coder.call("post", path, json={"language": "javascript"}).status_code == 201
+    refused = coder.call("post", path, json={})
+    assert refused.status_code == 429, refused.text
+    assert "at most 14 code contexts" in refused.json()["error"]["message"]
+    assert len(coder.call("get", path).json()["contexts"]) == 16
