@@ -346,8 +346,10 @@ LOGGING: dict[str, Any] = {
 # Images Boxyard builds itself (see `manage.py build_images`); the tag changes with the recipe.
 BOXYARD_DEFAULT_IMAGE = env_str("BOXYARD_DEFAULT_IMAGE", "boxyard/default:1")
 BOXYARD_TEST_IMAGE = env_str("BOXYARD_TEST_IMAGE", "boxyard/busybox:1")
+# The default image's Debian without the code interpreter (a tenth of its size).
+BOXYARD_BASE_IMAGE = env_str("BOXYARD_BASE_IMAGE", "boxyard/base:1")
 # The image of each engine's workspace disk keeper (it needs mkfs.ext4, losetup and flock).
-BOXYARD_DISK_IMAGE = env_str("BOXYARD_DISK_IMAGE", BOXYARD_DEFAULT_IMAGE)
+BOXYARD_DISK_IMAGE = env_str("BOXYARD_DISK_IMAGE", BOXYARD_BASE_IMAGE)
 # Images a pipeline may name: exact references or shell-style patterns (`python:3.*`).
 BOXYARD_IMAGE_ALLOWLIST = env_list(
     "BOXYARD_IMAGE_ALLOWLIST", [BOXYARD_DEFAULT_IMAGE, BOXYARD_TEST_IMAGE]

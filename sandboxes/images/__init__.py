@@ -70,6 +70,8 @@ def build_default_image(reference: str, progress: Progress = print) -> None:
 def _recipes() -> dict[str, tuple[str, Callable[[str, Progress, Runtime], None]]]:
     return {
         settings.BOXYARD_TEST_IMAGE: (busybox.RECIPE, busybox.build),
+        # The default image can serve as the disks' image too (then it is built as itself).
+        settings.BOXYARD_BASE_IMAGE: (debian.BASE_RECIPE, debian.build_base),
         settings.BOXYARD_DEFAULT_IMAGE: (debian.RECIPE, debian.build),
     }
 

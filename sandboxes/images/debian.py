@@ -1,5 +1,7 @@
-"""The default image: a minimal Debian bookworm tree made by debootstrap (as root) from the
-host's Debian mirror, with python3, the sandbox user and a trimmed tree."""
+"""The Debian images, made by debootstrap (as root) from the host's Debian mirror, with python3,
+the sandbox user and a trimmed tree: the default image, with the code interpreter's packages
+(`build`), and the base image without them (`build_base`: the disks' keeper, small enough to
+copy to a new host in seconds)."""
 
 import os
 import re
@@ -27,6 +29,7 @@ from sandboxes.images.building import (
 from sandboxes.runtime import LABEL_WORKSPACE_UID, Runtime
 
 RECIPE = "debian-bookworm-2"
+BASE_RECIPE = "debian-bookworm-base-1"
 DEBIAN_SUITE = "bookworm"
 DEBIAN_PACKAGES = (
     "python3",
@@ -57,6 +60,18 @@ MIRROR_ENV = "BOXYARD_DEBIAN_MIRROR"
 
 
 def build(reference: str, progress: Progress, runtime: Runtime | None = None) -> None:
+    """The default image: Debian with the code interpreter's packages."""
+    _build(reference, progress, runtime, RECIPE, code=True)
+
+
+def build_base(reference: str, progress: Progress, runtime: Runtime | None = None) -> None:
+    """The base image: the same Debian without the code interpreter."""
+    _build(reference, progress, runtime, BASE_RECIPE, code=False)
+
+
+def _build(
+    reference: str, progress: Progress, runtime: Runtime | None, recipe: str, *, code: bool
+) -> None:
     uid, gid = sandbox_ids()
     if os.geteuid() != 0:
         raise RuntimeFailure(
@@ -71,15 +86,16 @@ def build(reference: str, progress: Progress, runtime: Runtime | None = None) ->
         _debootstrap(debootstrap, rootfs, mirror, progress)
         if still_mounted := unmount_below(rootfs):
             raise RuntimeFailure(f"Cannot unmount {', '.join(still_mounted)} after debootstrap")
-        progress(f"Installing {', '.join(CODE_PACKAGES)}")
-        _install_code_packages(rootfs, progress)
+        if code:
+            progress(f"Installing {', '.join(CODE_PACKAGES)}")
+            _install_code_packages(rootfs, progress)
         progress("Adding the sandbox user and trimming the tree")
         _customize_debian(rootfs, uid, gid)
         tar_path = workdir / "rootfs.tar"
         progress("Writing root filesystem tar")
         _write_tree_tar(rootfs, tar_path)
         progress(f"Importing {reference} ({megabytes(tar_path)})")
-        (runtime or get_runtime()).import_image(tar_path, reference, _changes(uid, gid))
+        (runtime or get_runtime()).import_image(tar_path, reference, _changes(uid, gid, recipe))
 
 
 def debian_mirror() -> str:
@@ -92,7 +108,7 @@ def debian_mirror() -> str:
     return FALLBACK_MIRROR
 
 
-def _changes(uid: int, gid: int) -> list[str]:
+def _changes(uid: int, gid: int, recipe: str) -> list[str]:
     return [
         f"USER {uid}:{gid}",
         "WORKDIR /workspace",
@@ -100,7 +116,7 @@ def _changes(uid: int, gid: int) -> list[str]:
         "ENV LANG=C.UTF-8",
         "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         'CMD ["bash"]',
-        f"LABEL {LABEL_WORKSPACE_UID}={uid} {LABEL_RECIPE}={RECIPE}",
+        f"LABEL {LABEL_WORKSPACE_UID}={uid} {LABEL_RECIPE}={recipe}",
     ]
 
 

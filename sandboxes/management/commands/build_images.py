@@ -14,8 +14,9 @@ from sandboxes.runtime import Runtime
 
 class Command(BaseCommand):
     help = (
-        "Build Boxyard's sandbox images locally (no registry needed): the busybox test image "
-        "and the Debian default image. With no flag, both."
+        "Build Boxyard's sandbox images locally (no registry needed): the busybox test image, "
+        "the Debian default image (with the code interpreter) and the disks' keeper's image "
+        "(the same Debian without it). With no flag, all of them."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -39,6 +40,8 @@ class Command(BaseCommand):
             references.append(settings.BOXYARD_TEST_IMAGE)
         if options["default"] or both:
             references.append(settings.BOXYARD_DEFAULT_IMAGE)
+        if both:
+            references.append(settings.BOXYARD_DISK_IMAGE)
         runtime = None
         if options["host"]:
             from hosts.engines import engine_of

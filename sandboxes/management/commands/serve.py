@@ -46,7 +46,12 @@ class Command(BaseCommand):
     def _images(self) -> None:
         from sandboxes.images import ensure_image
 
-        for reference in (settings.BOXYARD_DEFAULT_IMAGE, settings.BOXYARD_TEST_IMAGE):
+        images = (
+            settings.BOXYARD_DEFAULT_IMAGE,
+            settings.BOXYARD_TEST_IMAGE,
+            settings.BOXYARD_DISK_IMAGE,
+        )
+        for reference in dict.fromkeys(images):
             self.stdout.write(f"Sandbox image {reference}: checking")
             try:
                 outcome = ensure_image(
