@@ -225,7 +225,17 @@ func (a *Agent) runCode(c *conn, req *request) {
 		return
 	}
 	watch(c, e, req)
-	answer := func() { c.answer(req.ID, statusWithHead(e, req.Limit), nil) }
+	var answered sync.Once
+	answer := func() {
+		answered.Do(func() { c.answer(req.ID, statusWithHead(e, req.Limit), nil) })
+	}
+	// Killed while it waits its turn, it ends then, answered, and never runs.
+	e.mu.Lock()
+	e.killer = func(syscall.Signal) {
+		e.finish(-1, false, false, "", "killed before its turn came")
+		answer()
+	}
+	e.mu.Unlock()
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.closed {
@@ -247,8 +257,13 @@ func (k *Kernel) work() {
 		closed := k.closed
 		k.busy = j.exec
 		k.mu.Unlock()
+		j.exec.mu.Lock()
+		ended := j.exec.finished || j.exec.killed
+		j.exec.mu.Unlock()
 		if closed { // deleted while this run waited its turn
 			j.exec.finish(-1, false, false, "", "the context was deleted")
+		} else if ended {
+			j.exec.finish(-1, false, false, "", "killed before its turn came")
 		} else {
 			k.run(j.exec, j.req)
 		}

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from sandboxes.models import Exec
 from tests.code.conftest import Coder
 from tests.conftest import wait_for
 
@@ -77,3 +78,30 @@ def test_a_reset_ends_the_kernels(coder: Coder) -> None:
     after = coder.run(sandbox, "lost")
     assert after["error"]["name"] == "NameError"
     assert after["results"][0]["type"] == "restarted"
+
+
+def test_a_run_killed_while_it_waits_its_turn_never_runs(coder: Coder) -> None:
+    sandbox = coder.open()
+    coder.run(sandbox, "ran = []")
+    first: dict[str, Any] = {}
+    second: dict[str, Any] = {}
+    threading.Thread(
+        target=lambda: first.update(coder.run(sandbox, "import time\ntime.sleep(600)"))
+    ).start()
+    waiting = threading.Thread(target=lambda: second.update(coder.run(sandbox, "ran.append(1)")))
+    waiting.start()
+    queued: list[Exec] = []
+
+    def both_recorded() -> bool:
+        rows = list(Exec.objects.filter(sandbox_id=sandbox, state="running", language="python"))
+        queued[:] = [row for row in rows if row.command == "ran.append(1)"]
+        return len(rows) == 2 and bool(queued)
+
+    wait_for(both_recorded, 60)
+    killed = coder.call("post", f"/sandboxes/{sandbox}/execs/{queued[0].pk}/kill", json={})
+    assert killed.status_code == 200, killed.text
+    waiting.join(30)
+    assert second["status"] == "killed", second
+    busy = coder.call("get", f"/sandboxes/{sandbox}/code/contexts").json()["contexts"][0]
+    coder.call("post", f"/sandboxes/{sandbox}/execs/{busy['exec_id']}/kill", json={})
+    assert coder.run(sandbox, "ran")["text"] == "[]"
