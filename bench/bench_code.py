@@ -35,7 +35,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_api import PIPELINE, prepare, served, throwaway  # bench/ is on sys.path
-from bench_core import EXTRA_EXEC_IMAGE, Stats, run_interleaved, timed
+from bench_core import (
+    EXTRA_EXEC_IMAGE,
+    Stats,
+    print_percentiles,
+    print_targets,
+    run_interleaved,
+    timed,
+)
 
 WARM_MS, FIRST_MS, CHART_MAX = 15.0, 1500.0, 1.5
 PYTHON_SUM = ["python3", "-c", "print(1+1)"]
@@ -179,11 +186,7 @@ def _firsts(args: argparse.Namespace, client: Any) -> dict[str, Stats]:
 
 
 def report(stats: dict[str, Stats]) -> None:
-    print(f"  {'variant':<28} {'n':>4} {'p50/p90/p99 ms':>22}")
-    for name, figures in stats.items():
-        p50, p90, p99 = figures.percentiles()
-        print(f"  {name:<28} {figures.n:>4} {p50:>8.1f}/{p90:.1f}/{p99:.1f}")
-    print()
+    print_percentiles(stats)
 
     def median(name: str) -> float:
         return stats[name].percentiles()[0]
@@ -207,10 +210,7 @@ def report(stats: dict[str, Stats]) -> None:
         f"  1+1 warm / exec python3 -c: {median('code 1+1, warm') / median('exec python3 -c'):.2f}"
         f"; / raw python3 -c: {median('code 1+1, warm') / median('raw python3 -c'):.2f}"
     )
-    print("targets (reported only; they never fail the run)")
-    for text, value, sign, limit in checks:
-        passed = value <= limit if sign == "<=" else value >= limit
-        print(f"  {'PASS' if passed else 'FAIL'}  {text}: {value:.2f} (target {sign} {limit})")
+    print_targets(checks)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -148,6 +148,24 @@ def run_interleaved(
 # --- set-up -----------------------------------------------------------------------------------
 
 
+def print_percentiles(stats: dict[str, Stats]) -> None:
+    """Each variant's p50/p90/p99, one line each."""
+    print(f"  {'variant':<28} {'n':>4} {'p50/p90/p99 ms':>22}")
+    for name, figures in stats.items():
+        p50, p90, p99 = figures.percentiles()
+        print(f"  {name:<28} {figures.n:>4} {p50:>8.1f}/{p90:.1f}/{p99:.1f}")
+    print()
+
+
+def print_targets(checks: list[tuple[str, float, str, float]]) -> None:
+    """An issue's targets as PASS or FAIL lines (text, value, "<=" or ">=", limit); they never
+    change a run's exit status."""
+    print("targets (reported only; they never fail the run)")
+    for text, value, sign, limit in checks:
+        passed = value <= limit if sign == "<=" else value >= limit
+        print(f"  {'PASS' if passed else 'FAIL'}  {text}: {value:.2f} (target {sign} {limit})")
+
+
 def configure_django(data_dir: Path, deployment: str) -> None:
     """A private database and deployment label; runs before anything imports Django models."""
     os.environ["BOXYARD_DATA_DIR"] = str(data_dir)

@@ -40,7 +40,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_api import PIPELINE, manage, prepare, served, throwaway  # bench/ is on sys.path
-from bench_core import DEFAULT_IMAGE, Stats, run_interleaved, timed
+from bench_core import (
+    DEFAULT_IMAGE,
+    Stats,
+    print_percentiles,
+    print_targets,
+    run_interleaved,
+    timed,
+)
 
 POOL_PIPELINE = "bench-e2b-pool"
 MIB = 1024 * 1024
@@ -245,11 +252,7 @@ def _creates(args: argparse.Namespace, pool_key: str, rest: Any, raw: Any) -> di
 
 
 def report(stats: dict[str, Stats]) -> None:
-    print(f"  {'variant':<28} {'n':>4} {'p50/p90/p99 ms':>22}")
-    for name, figures in stats.items():
-        p50, p90, p99 = figures.percentiles()
-        print(f"  {name:<28} {figures.n:>4} {p50:>8.1f}/{p90:.1f}/{p99:.1f}")
-    print()
+    print_percentiles(stats)
 
     def median(name: str) -> float:
         return stats[name].percentiles()[0]
@@ -270,10 +273,7 @@ def report(stats: dict[str, Stats]) -> None:
         ("64 MiB read as the SDK's stream, speed / /files/raw's", stream_speed, ">=", FILES_MIN),
         ("64 MiB read into memory, speed / /files/raw's into memory", bytes_speed, ">=", FILES_MIN),
     ]
-    print("targets (reported only; they never fail the run)")
-    for text, value, sign, limit in checks:
-        passed = value <= limit if sign == "<=" else value >= limit
-        print(f"  {'PASS' if passed else 'FAIL'}  {text}: {value:.2f} (target {sign} {limit})")
+    print_targets(checks)
 
 
 def main(argv: list[str] | None = None) -> int:
