@@ -63,6 +63,7 @@ class CodeContext:
     running: bool = False
     busy: bool = False
     runs: int = 0
+    exec_id: str | None = None  # the run it is busy with, an exec
 
 
 def _code_body(

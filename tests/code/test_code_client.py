@@ -68,6 +68,7 @@ def test_the_blocking_client_runs_code_streams_it_and_manages_contexts(coder: Co
         listed = boxyard.code_contexts(sandbox.sandbox_id)
         assert [c.id for c in listed][:2] == ["default", "default-javascript"]
         assert made.id in [c.id for c in listed]
+        assert all(c.exec_id is None and not c.busy for c in listed)  # none is running code
         restarted = boxyard.restart_code_context(sandbox.sandbox_id, made.id)
         assert restarted.id == made.id
         lost = boxyard.run_code(sandbox.sandbox_id, "y", context_id=made.id)
